@@ -1,0 +1,1 @@
+"""How we know it works: datasets, graders, experiment runners, reports and theory."""

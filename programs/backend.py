@@ -1,0 +1,90 @@
+"""The SGLang frontend backend our programs run on.
+
+`LookaheadEndpoint` is SGLang's `RuntimeEndpoint` with two things the frontend lacks:
+a timeout on every HTTP request (a hung server must not hang a run) and an optional
+`sampling_seed` (SGLang honours it when the server runs with
+`--enable-deterministic-inference`). Server failures surface as `BackendError`.
+"""
+
+from __future__ import annotations
+
+import requests
+from sglang.lang.backend.base_backend import BaseBackend
+from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint
+from sglang.lang.chat_template import get_chat_template, get_chat_template_by_model_path
+from sglang.lang.global_config import global_config
+
+_LOGPROB_FIELDS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
+
+
+class BackendError(RuntimeError):
+    """An SGLang server could not be reached, timed out or answered with an error."""
+
+
+class LookaheadEndpoint(RuntimeEndpoint):
+    def __init__(
+        self,
+        base_url: str,
+        chat_template: str | None = None,
+        timeout_s: float = 300.0,
+        seed: int | None = None,
+        api_key: str | None = None,
+    ):
+        BaseBackend.__init__(self)
+        self.support_concate_and_append = True
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.verify = None
+        self.timeout_s = timeout_s
+        self.seed = seed
+        self._session = requests.Session()
+        self.model_info = self._request("GET", "/model_info")
+        self.chat_template = (
+            get_chat_template(chat_template)
+            if chat_template
+            else get_chat_template_by_model_path(self.model_info["model_path"])
+        )
+
+    def _request(self, method: str, path: str, payload: dict | None = None):
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        url = self.base_url + path
+        try:
+            res = self._session.request(method, url, json=payload, headers=headers, timeout=self.timeout_s)
+        except requests.Timeout:
+            raise BackendError(f"{url} did not answer within {self.timeout_s:g} s") from None
+        except requests.ConnectionError:
+            raise BackendError(f"cannot reach the SGLang server at {self.base_url}") from None
+        if res.status_code != 200:
+            raise BackendError(f"{url} answered HTTP {res.status_code}: {res.text[:300]}")
+        try:
+            return res.json()
+        except ValueError:
+            raise BackendError(f"{url} answered with something that is not JSON") from None
+
+    def flush_cache(self):
+        self._request("POST", "/flush_cache")
+
+    def cache_prefix(self, prefix_str: str):
+        self._request("POST", "/generate", {"text": prefix_str, "sampling_params": {"max_new_tokens": 0}})
+
+    def commit_lazy_operations(self, s):
+        self.cache_prefix(s.text_)
+
+    def generate(self, s, sampling_params):
+        self._handle_dtype_to_regex(sampling_params)
+        params = {
+            "skip_special_tokens": global_config.skip_special_tokens_in_output,
+            "spaces_between_special_tokens": global_config.spaces_between_special_tokens_in_out,
+            **sampling_params.to_srt_kwargs(),
+        }
+        if self.seed is not None and (sampling_params.temperature or 0) > 0:
+            params["sampling_seed"] = self.seed
+        data = {"text": s.text_, "sampling_params": params}
+        for field in _LOGPROB_FIELDS:
+            value = getattr(sampling_params, field, None)
+            if value is not None:
+                data[field] = value
+        obj = self._request("POST", "/generate", data)
+        if obj.get("meta_info", {}).get("finish_reason", {}).get("type") == "abort":
+            raise BackendError(f"{self.base_url} aborted a request: {obj['meta_info']['finish_reason']}")
+        return obj["text"], obj["meta_info"]

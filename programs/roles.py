@@ -1,0 +1,81 @@
+"""Plain-Python entry points to the programs: what the runtime calls.
+
+Each method runs one program on one backend and returns plain data. Nothing here
+decides what to run next; that is the runtime's job.
+"""
+
+from __future__ import annotations
+
+from lookahead_reasoning.programs.backend import LookaheadEndpoint
+from lookahead_reasoning.programs.judge import JudgeAnswer, judge
+from lookahead_reasoning.programs.prompts import question_message
+from lookahead_reasoning.programs.steps import (
+    Sampling,
+    StepOutput,
+    chat_prefix,
+    draft_steps,
+    free_generation,
+    target_steps,
+)
+
+
+def render_question(backend: LookaheadEndpoint, question: str) -> str:
+    """The question wrapped in the backend's chat template, up to the assistant's answer."""
+    return chat_prefix.run(message=question_message(question), backend=backend).text()
+
+
+def judge_pairs(backend: LookaheadEndpoint, pairs: list[tuple[str, str]]) -> list[JudgeAnswer]:
+    if not pairs:
+        return []
+    return judge.run(pairs=list(pairs), backend=backend).get_var("answers")
+
+
+class SGLangRoles:
+    """Draft and target programs bound to their backends and step settings."""
+
+    def __init__(
+        self,
+        draft: LookaheadEndpoint,
+        target: LookaheadEndpoint,
+        delimiter: str,
+        max_step_tokens: int,
+        draft_sampling: Sampling,
+        target_sampling: Sampling,
+    ):
+        self.draft_backend = draft
+        self.target_backend = target
+        self.delimiter = delimiter
+        self.max_step_tokens = max_step_tokens
+        self.draft_sampling = draft_sampling
+        self.target_sampling = target_sampling
+
+    def prompt(self, question: str) -> str:
+        return render_question(self.target_backend, question)
+
+    def draft(self, prefix: str, gamma: int, max_step_tokens: int | None = None) -> list[StepOutput]:
+        state = draft_steps.run(
+            prefix=prefix,
+            gamma=gamma,
+            delimiter=self.delimiter,
+            max_step_tokens=max_step_tokens or self.max_step_tokens,
+            sampling=self.draft_sampling,
+            backend=self.draft_backend,
+        )
+        return state.get_var("steps")
+
+    def target(self, prefix: str, continuations: list[str], max_step_tokens: int | None = None) -> list[StepOutput]:
+        state = target_steps.run(
+            prefix=prefix,
+            continuations=continuations,
+            delimiter=self.delimiter,
+            max_step_tokens=max_step_tokens or self.max_step_tokens,
+            sampling=self.target_sampling,
+            backend=self.target_backend,
+        )
+        return state.get_var("steps")
+
+    def generate(self, prefix: str, max_tokens: int) -> StepOutput:
+        state = free_generation.run(
+            prefix=prefix, max_tokens=max_tokens, sampling=self.target_sampling, backend=self.target_backend
+        )
+        return state.get_var("output")

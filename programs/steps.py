@@ -1,0 +1,130 @@
+"""Draft and target step programs, and how a finished `gen` call reads as a step.
+
+SGLang trims the stop string from the output; a step that ended on the delimiter gets
+it re-appended here, so step texts concatenate back into the exact reasoning text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import sglang as sgl
+
+Ending = Literal["delimiter", "eos", "length"]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """One generated step. `text` includes the delimiter when `ending == "delimiter"`."""
+
+    text: str
+    ending: Ending
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def complete(self) -> bool:
+        """A step that ended on the delimiter; only such a step can be followed by another."""
+        return self.ending == "delimiter"
+
+
+def read_step(text: str, meta: dict, delimiter: str | None) -> StepOutput:
+    """Turn a `gen` result and its `meta_info` into a step.
+
+    finish_reason shapes from SGLang: {"type": "stop", "matched": "<string>"} for a stop
+    string (ours, or the chat template's end-of-turn string), {"type": "stop",
+    "matched": <token id>} for EOS or a stop token, {"type": "length", ...} for the cap.
+    """
+    reason = meta.get("finish_reason") or {}
+    kind, matched = reason.get("type"), reason.get("matched")
+    if kind == "stop" and delimiter is not None and matched == delimiter:
+        ending, text = "delimiter", text + delimiter
+    elif kind == "stop":
+        ending = "eos"
+    elif kind == "length":
+        ending = "length"
+    else:
+        raise ValueError(f"unexpected finish_reason {reason!r}")
+    return StepOutput(
+        text=text,
+        ending=ending,
+        prompt_tokens=int(meta.get("prompt_tokens", 0)),
+        completion_tokens=int(meta.get("completion_tokens", 0)),
+        cached_tokens=int(meta.get("cached_tokens", 0)),
+    )
+
+
+def checked(state, name: str):
+    """A variable and its meta_info, re-raising the error of a failed request."""
+    error = state.error()
+    if error is not None:
+        raise error
+    return state[name], state.get_meta_info(name)
+
+
+def _step_gen(name: str, delimiter: str, max_step_tokens: int, sampling: Sampling):
+    return sgl.gen(
+        name,
+        max_tokens=max_step_tokens,
+        stop=delimiter,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+    )
+
+
+@sgl.function
+def draft_steps(s, prefix, gamma, delimiter, max_step_tokens, sampling):
+    """Up to `gamma` steps, one after another; stops early after an EOS or capped step."""
+    s += prefix
+    steps = []
+    for i in range(gamma):
+        s += _step_gen(f"step_{i}", delimiter, max_step_tokens, sampling)
+        step = read_step(*checked(s, f"step_{i}"), delimiter)
+        steps.append(step)
+        if not step.complete:
+            break
+        s += delimiter
+    s.set_var("steps", steps)
+
+
+@sgl.function
+def target_steps(s, prefix, continuations, delimiter, max_step_tokens, sampling):
+    """One target step after each of `prefix + continuation`, all in parallel.
+
+    The fork commits `prefix` first, so the server prefills it once and every branch
+    reuses it from the radix cache; the branches run as concurrent requests.
+    """
+    s += prefix
+    branches = s.fork(len(continuations))
+    for branch, continuation in zip(branches, continuations):
+        if continuation:
+            branch += continuation
+        branch += _step_gen("step", delimiter, max_step_tokens, sampling)
+    try:
+        s.set_var("steps", [read_step(*checked(b, "step"), delimiter) for b in branches])
+    finally:
+        branches.join()
+
+
+@sgl.function
+def chat_prefix(s, message):
+    """The prompt text up to the start of the assistant's answer, in the server's chat template."""
+    s += sgl.user(message)
+    s += sgl.assistant_begin()
+
+
+@sgl.function
+def free_generation(s, prefix, max_tokens, sampling):
+    """Plain autoregressive continuation (the AR baseline): no step boundaries."""
+    s += prefix
+    s += sgl.gen("text", max_tokens=max_tokens, temperature=sampling.temperature, top_p=sampling.top_p)
+    text, meta = checked(s, "text")
+    s.set_var("output", read_step(text, meta, delimiter=None))

@@ -1,0 +1,95 @@
+"""How runs look on the terminal and in `--json`."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord
+
+
+def _short(text: str, width: int = 90) -> str:
+    flat = " ".join(text.split())
+    return escape(flat if len(flat) <= width else flat[: width - 1] + "…")
+
+
+class RoundPrinter:
+    """Prints each round as it finishes: drafted steps with verdicts, then the kept steps."""
+
+    def __init__(self, console: Console):
+        self.console = console
+
+    def __call__(self, record: RoundRecord) -> None:
+        c = self.console
+        c.print(
+            f"[bold]round {record.index + 1}[/]  accepted {record.accepted}/{len(record.judged)}  "
+            f"(draft {record.draft_s:.1f} s, target {record.target_s:.1f} s, judge {record.judge_s:.1f} s)"
+        )
+        for k, j in enumerate(record.judged, 1):
+            mark = "[green]✓[/]" if j.accept else "[red]✗[/]"
+            score = "" if j.score is None else f" p={j.score:.2f}"
+            c.print(f"  draft {k} {mark} [dim]{j.method}{score}[/] {_short(j.draft)}")
+        for step in record.kept:
+            colour = "cyan" if step.source == "draft" else "magenta"
+            c.print(f"  [{colour}]kept ({step.source})[/] {_short(step.text)}")
+
+
+def run_json(result: LookaheadResult, baseline: BaselineResult | None = None) -> dict:
+    """The `lookahead run --json` object."""
+    stats = result.stats
+    out = {
+        "text": result.text,
+        "answer": result.answer,
+        "steps": [{"text": s.text, "source": s.source, "judge_p_yes": s.judge_p_yes} for s in result.steps],
+        "stats": stats.model_dump(),
+    }
+    if baseline is not None:
+        out["baseline"] = {
+            "text": baseline.text,
+            "answer": baseline.answer,
+            "wall_time_s": baseline.wall_time_s,
+            "output_tokens": baseline.output_tokens,
+            "finish": baseline.finish,
+        }
+        out["speedup"] = baseline.wall_time_s / stats.wall_time_s if stats.wall_time_s > 0 else None
+    return out
+
+
+def print_answer(console: Console, result: LookaheadResult, baseline: BaselineResult | None = None) -> None:
+    s = result.stats
+    console.rule("lookahead reasoning")
+    console.print(escape(result.text), highlight=False)
+    if s.finish == "max_tokens":
+        console.print(f"[yellow]stopped at the token cap ({s.output_tokens} tokens): the answer may be incomplete[/]")
+    console.print(f"[bold]answer:[/] {escape(str(result.answer))}")
+    rate = "n/a" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
+    console.print(
+        f"rounds {s.rounds}, draft steps accepted {s.draft_steps_accepted}/{s.draft_steps_judged} "
+        f"(α = {rate}), {s.output_tokens} tokens in {s.wall_time_s:.1f} s"
+    )
+    for note in s.degraded:
+        console.print(f"[yellow]degraded:[/] {escape(note)}")
+    if baseline is not None:
+        console.rule("target alone (AR)")
+        console.print(escape(baseline.text), highlight=False)
+        console.print(f"[bold]answer:[/] {escape(str(baseline.answer))}")
+        console.print(f"speedup (AR time / LR time): {baseline.wall_time_s / max(s.wall_time_s, 1e-9):.2f}×")
+
+
+def print_comparison(console: Console, result: LookaheadResult, baseline: BaselineResult) -> None:
+    s = result.stats
+    table = Table(title="LR against AR on the same servers")
+    for col in ("method", "wall time (s)", "tokens", "tokens/s", "answer"):
+        table.add_column(col)
+    table.add_row("AR (target alone)", f"{baseline.wall_time_s:.1f}", str(baseline.output_tokens),
+                  f"{baseline.output_tokens / max(baseline.wall_time_s, 1e-9):.2f}", escape(str(baseline.answer)))
+    table.add_row("LR (lookahead)", f"{s.wall_time_s:.1f}", str(s.output_tokens),
+                  f"{s.output_tokens / max(s.wall_time_s, 1e-9):.2f}", escape(str(result.answer)))
+    console.print(table)
+    rate = "n/a" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
+    ratio = "n/a" if s.target_branch_cache_ratio is None else f"{s.target_branch_cache_ratio:.2f}"
+    console.print(
+        f"speedup {baseline.wall_time_s / max(s.wall_time_s, 1e-9):.2f}×, acceptance rate {rate}, "
+        f"target-branch cached/prompt tokens {ratio}"
+    )

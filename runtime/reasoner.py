@@ -1,0 +1,37 @@
+"""The Python API: connect to the three servers once, then run questions."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from lookahead_reasoning.runtime.baseline import run_baseline
+from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.endpoints import Connection, Endpoints
+from lookahead_reasoning.runtime.engine import SyncEngine
+from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord
+
+
+class LookaheadReasoner:
+    """Lookahead reasoning over SGLang servers.
+
+    >>> reasoner = LookaheadReasoner(Endpoints.from_urls(draft=D, target=T, judge=J), LookaheadConfig(depth=4))
+    >>> result = reasoner.run("What is 17 * 23?")
+    >>> result.answer, result.stats.acceptance_rate
+    """
+
+    def __init__(self, endpoints: Endpoints, config: LookaheadConfig | None = None):
+        self.config = config or LookaheadConfig()
+        self.connection = Connection(endpoints, self.config)
+
+    def engine(self, on_round: Callable[[RoundRecord], None] | None = None) -> SyncEngine:
+        return SyncEngine(self.config, self.connection.models, self.connection.verifier, on_round=on_round)
+
+    def run(self, question: str, on_round: Callable[[RoundRecord], None] | None = None) -> LookaheadResult:
+        return self.engine(on_round).run(question)
+
+    def continue_from(self, prompt: str) -> LookaheadResult:
+        """Reason on from a prompt already in the target's chat template (used by the `lookahead` program)."""
+        return self.engine().continue_from(prompt)
+
+    def baseline(self, question: str) -> BaselineResult:
+        return run_baseline(self.connection.models, question, self.config)

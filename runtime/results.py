@@ -1,0 +1,78 @@
+"""Result records of a lookahead run and of the AR baseline."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class StepRecord(BaseModel):
+    text: str
+    source: Literal["draft", "target"]
+    judge_p_yes: float | None = None  # the verifier's score for an accepted draft step
+    round: int
+
+
+class JudgedDraft(BaseModel):
+    draft: str
+    target: str
+    accept: bool
+    score: float | None
+    method: str
+
+
+class RoundRecord(BaseModel):
+    index: int
+    judged: list[JudgedDraft]
+    accepted: int  # length of the accepted draft prefix
+    kept: list[StepRecord]
+    finished: bool  # the last kept step ended on EOS
+    draft_s: float
+    target_s: float
+    judge_s: float
+    wall_s: float
+
+
+class RoleTokens(BaseModel):
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    def add(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> None:
+        self.requests += 1
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        self.cached_tokens += cached_tokens
+
+
+class RunStats(BaseModel):
+    rounds: int = 0
+    draft_steps_judged: int = 0
+    draft_steps_accepted: int = 0
+    acceptance_rate: float | None = None
+    wall_time_s: float = 0.0
+    finish: Literal["eos", "max_tokens"] = "eos"
+    output_tokens: int = 0  # completion tokens of the kept steps
+    draft: RoleTokens = Field(default_factory=RoleTokens)
+    target: RoleTokens = Field(default_factory=RoleTokens)
+    judge: RoleTokens = Field(default_factory=RoleTokens)
+    target_branch_cache_ratio: float | None = None  # cached / prompt tokens over target branches
+    degraded: list[str] = Field(default_factory=list)  # roles that failed and were worked around
+
+
+class LookaheadResult(BaseModel):
+    text: str
+    answer: str | None
+    steps: list[StepRecord]
+    round_log: list[RoundRecord]
+    stats: RunStats
+
+
+class BaselineResult(BaseModel):
+    text: str
+    answer: str | None
+    wall_time_s: float
+    output_tokens: int
+    finish: Literal["eos", "max_tokens"]
