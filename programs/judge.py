@@ -62,6 +62,7 @@ def read_answer(text: str, meta: dict) -> JudgeAnswer:
 def judge(s, pairs):
     """`pairs` is a list of (step_a, step_b); sets `answers`, one JudgeAnswer each."""
     s += sgl.system(JUDGE_INSTRUCTIONS)
+    s.sync()  # see target_steps: lets fork() commit the shared instructions first
     branches = s.fork(len(pairs))
     for branch, (step_a, step_b) in zip(branches, pairs):
         branch += sgl.user(judge_message(step_a, step_b))

@@ -103,6 +103,7 @@ def target_steps(s, prefix, continuations, delimiter, max_step_tokens, sampling)
     reuses it from the radix cache; the branches run as concurrent requests.
     """
     s += prefix
+    s.sync()  # fork() commits the prefix only if it sees it already applied; without this it races
     branches = s.fork(len(continuations))
     for branch, continuation in zip(branches, continuations):
         if continuation:

@@ -1,0 +1,174 @@
+"""Round logic of the sync engine against scripted models (no server)."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scripted import DELIM, ScriptedJudge, ScriptedModels
+
+from lookahead_reasoning.programs.judge import JudgeAnswer, p_yes_from_top_logprobs
+from lookahead_reasoning.runtime.answers import last_boxed
+from lookahead_reasoning.runtime.baseline import run_baseline
+from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.engine import SyncEngine
+from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure
+from lookahead_reasoning.verifiers import ExactMatchVerifier, FastPathVerifier, LLMJudgeVerifier
+
+TARGET = ["we add 2 and 3", "that gives 5", "so the answer is \\boxed{5}"]
+
+
+def engine(models, judge=None, **config):
+    verifier = FastPathVerifier(judge or ScriptedJudge())
+    return SyncEngine(LookaheadConfig(**config), models, verifier)
+
+
+def test_all_steps_accepted_in_one_round():
+    models = ScriptedModels(TARGET)
+    result = engine(models, depth=4).run("q")
+    assert result.text == DELIM.join(TARGET)
+    assert result.answer == "5"
+    assert result.stats.rounds == 1
+    assert [s.source for s in result.steps] == ["draft", "draft", "draft"]
+    # the draft's third step ended on EOS and was accepted: no target step follows it
+    assert result.stats.draft_steps_judged == 3 and result.stats.draft_steps_accepted == 3
+    assert result.stats.finish == "eos"
+
+
+def test_reject_at_position_k_keeps_prefix_then_target_step():
+    draft = ["we add 2 and 3", "that gives 6", "so the answer is \\boxed{6}"]
+    models = ScriptedModels(TARGET, draft)
+    result = engine(models, depth=3).run("q")
+    first = result.round_log[0]
+    assert first.accepted == 1
+    assert [(s.source, s.text) for s in first.kept] == [("draft", TARGET[0] + DELIM), ("target", TARGET[1] + DELIM)]
+    assert result.text == DELIM.join(TARGET)  # the target's steps win after the reject
+    assert result.stats.acceptance_rate < 1.0
+
+
+def test_equivalent_but_different_draft_step_is_kept_with_its_score():
+    draft = ["we add 2 and 3", "which makes 5", "so the answer is \\boxed{5}"]
+    judge = ScriptedJudge(accept_words={"makes"})
+    result = engine(ScriptedModels(TARGET, draft), judge, depth=3).run("q")
+    assert result.steps[1].text == "which makes 5" + DELIM
+    assert result.steps[1].source == "draft" and result.steps[1].judge_p_yes == 0.9
+    assert judge.pairs_seen == [(TARGET[1] + DELIM, "which makes 5" + DELIM)]  # only the non-identical pair
+
+
+def test_exact_match_fast_path_skips_the_judge():
+    judge = ScriptedJudge()
+    result = engine(ScriptedModels(TARGET), judge, depth=4).run("q")
+    assert judge.pairs_seen == []
+    assert result.stats.judge.requests == 0
+    assert all(j.method == "exact" for r in result.round_log for j in r.judged)
+
+
+def test_eos_inside_a_draft_step_ends_drafting_and_the_run():
+    draft = ["we add 2 and 3", "\\boxed{5}"]  # the draft stops (EOS) one step early
+    result = engine(ScriptedModels(TARGET, draft), depth=4).run("q")
+    first = result.round_log[0]
+    assert len(first.judged) == 2  # nothing is drafted after an EOS step
+    assert first.accepted == 1  # the EOS draft step is not equivalent to a step that goes on
+    assert result.text == DELIM.join(TARGET)
+    assert result.stats.finish == "eos"
+
+
+def test_length_capped_step_is_partial_and_continues():
+    result = engine(ScriptedModels(TARGET), depth=2, max_step_tokens=2).run("q")
+    assert result.text == DELIM.join(TARGET)
+    endings = [r.kept[-1].text for r in result.round_log]
+    assert any(not t.endswith(DELIM) for t in endings[:-1])  # some round ended inside a step
+
+
+def test_capped_draft_step_is_never_followed_by_another_draft_step():
+    models = ScriptedModels(TARGET)
+    result = engine(models, depth=4, max_step_tokens=3).run("q")
+    for record in result.round_log:
+        drafted = [j.draft for j in record.judged]
+        for step in drafted[:-1]:
+            assert step.endswith(DELIM)
+
+
+def test_empty_draft_falls_back_to_target_steps():
+    models = ScriptedModels(TARGET, draft=[])
+    result = engine(models, depth=3).run("q")
+    assert result.text == DELIM.join(TARGET)
+    assert all(s.source == "target" for s in result.steps)
+    assert result.stats.draft_steps_accepted == 0
+
+
+def test_token_cap_stops_the_run_and_says_so():
+    result = engine(ScriptedModels(TARGET), depth=1, max_tokens=4).run("q")
+    assert result.stats.finish == "max_tokens"
+    assert result.stats.output_tokens >= 4
+
+
+def test_failing_draft_server_degrades_to_target_only():
+    models = ScriptedModels(TARGET, fail={"draft"})
+    result = engine(models, depth=3).run("q")
+    assert result.text == DELIM.join(TARGET)
+    assert models.calls["draft"] == 1  # drafting is switched off after the failure
+    assert result.stats.degraded and "draft failed" in result.stats.degraded[0]
+
+
+def test_failing_judge_rejects_and_keeps_the_target_step():
+    draft = ["we add 2 and 3", "which makes 5", "so the answer is \\boxed{5}"]
+    result = engine(ScriptedModels(TARGET, draft), ScriptedJudge(fail=True), depth=3).run("q")
+    assert result.text == DELIM.join(TARGET)
+    assert "verifier failed" in result.stats.degraded[0]
+
+
+def test_failing_target_server_is_an_error_not_an_answer():
+    with pytest.raises(ServerFailure, match="target server failed"):
+        engine(ScriptedModels(TARGET, fail={"target"})).run("q")
+
+
+def test_empty_question_is_rejected():
+    with pytest.raises(LookaheadError, match="question is empty"):
+        engine(ScriptedModels(TARGET)).run("   ")
+
+
+def test_baseline_matches_target_text():
+    models = ScriptedModels(TARGET)
+    base = run_baseline(models, "q", LookaheadConfig())
+    assert base.text == DELIM.join(TARGET) and base.answer == "5" and base.finish == "eos"
+
+
+def test_unusable_judge_answers_are_rejects():
+    judge = LLMJudgeVerifier(backend=None, threshold=0.5)
+    assert not judge.decide(JudgeAnswer("maybe", 0.9)).accept
+    assert not judge.decide(JudgeAnswer("yes", None)).accept
+    assert judge.decide(JudgeAnswer("yes", 0.9)).accept
+    assert not judge.decide(JudgeAnswer("yes", 0.4)).accept
+
+
+def test_p_yes_reads_masked_top_logprobs():
+    import math
+
+    top = [[math.log(0.6), 1, "y"], [math.log(0.2), 2, "yes"], [math.log(0.2), 3, "no"], [-3.4e38, 4, "!"]]
+    assert p_yes_from_top_logprobs(top) == pytest.approx(0.8)
+    assert p_yes_from_top_logprobs([[None, 1, None]]) is None
+    assert p_yes_from_top_logprobs([]) is None
+
+
+def test_last_boxed_handles_nested_braces():
+    assert last_boxed("a \\boxed{1} then \\boxed{\\frac{1}{2}}") == "\\frac{1}{2}"
+    assert last_boxed("no box") is None
+
+
+words = st.sampled_from(["add", "two", "three", "five", "so", "then", "x", "y"])
+steps = st.lists(words, min_size=1, max_size=5).map(" ".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    target=st.lists(steps, min_size=1, max_size=6),
+    draft=st.lists(steps, min_size=0, max_size=6),
+    depth=st.integers(1, 5),
+    cap=st.integers(1, 6),
+)
+def test_with_exact_verification_lookahead_equals_the_target_alone(target, draft, depth, cap):
+    """Lossless property: accepting only identical steps must reproduce AR output exactly."""
+    models = ScriptedModels(target, draft)
+    config = LookaheadConfig(depth=depth, max_step_tokens=cap, max_tokens=10_000)
+    result = SyncEngine(config, models, ExactMatchVerifier()).run("q")
+    assert result.text == run_baseline(models, "q", config).text
+    assert result.stats.draft_steps_accepted <= result.stats.draft_steps_judged

@@ -1,0 +1,130 @@
+"""The programs against a real SGLang CPU server (scripted tiny Qwen2 models).
+
+tiny writes "We add two and three\\n\\n" then "Hence \\boxed{5}" + EOS; tiny-draft
+writes the same first step and "Thus \\boxed{6}" + EOS.
+"""
+
+import pytest
+
+from lookahead_reasoning.programs import LookaheadEndpoint, draft_steps, judge_pairs, target_steps
+from lookahead_reasoning.programs.steps import Sampling
+from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.engine import SyncEngine
+from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
+from lookahead_reasoning.verifiers import ExactMatchVerifier
+
+pytestmark = pytest.mark.server
+
+STEP_1 = "We add two and three\n\n"
+QUESTION = "What is two and three?"
+
+
+@pytest.fixture(scope="module")
+def reasoner(tiny_endpoints):
+    return LookaheadReasoner(tiny_endpoints, LookaheadConfig(depth=3, max_tokens=64))
+
+
+def test_target_fork_branches_reuse_the_cached_prefix(reasoner):
+    models = reasoner.connection.models
+    prompt = models.prompt(QUESTION + " " + "Think carefully about every detail. " * 8)
+    outputs = models.target(prompt, ["", STEP_1, STEP_1 + "Hence \\boxed{5}"])
+    assert len(outputs) == 3
+    for out in outputs:
+        assert out.prompt_tokens > 40
+        assert out.cached_tokens > 0.8 * out.prompt_tokens  # the shared prefix was prefilled once
+
+
+def test_stop_string_is_trimmed_by_sglang_and_re_appended(reasoner, tiny_endpoints):
+    backend = LookaheadEndpoint(tiny_endpoints.target.url, chat_template="chatml")
+    prompt = reasoner.connection.models.prompt(QUESTION)
+    state = draft_steps.run(
+        prefix=prompt, gamma=1, delimiter="\n\n", max_step_tokens=20, sampling=Sampling(), backend=backend
+    )
+    raw = state["step_0"]
+    assert raw == "We add two and three"  # SGLang trims the stop string
+    assert state.get_meta_info("step_0")["finish_reason"] == {"type": "stop", "matched": "\n\n"}
+    [step] = state.get_var("steps")
+    assert step.text == STEP_1 and step.ending == "delimiter"
+
+
+def test_eos_ends_a_step_and_the_run(reasoner):
+    models = reasoner.connection.models
+    prompt = models.prompt(QUESTION)
+    steps = models.draft(prompt, gamma=4)
+    assert [s.ending for s in steps] == ["delimiter", "eos"]  # drafting stops at EOS, before γ
+    result = reasoner.run(QUESTION)
+    assert result.stats.finish == "eos"
+    assert result.steps[-1].text.endswith("}")
+
+
+def test_length_cap_gives_a_partial_step(reasoner):
+    [step] = reasoner.connection.models.target(reasoner.connection.models.prompt(QUESTION), [""], max_step_tokens=2)
+    assert step.ending == "length" and step.completion_tokens == 2
+
+
+def test_judge_answers_only_yes_or_no(tiny_endpoints):
+    backend = LookaheadEndpoint(tiny_endpoints.judge.url, chat_template="chatml")
+    pairs = [
+        ("48/2 = 24", "48*2 = 96"),
+        ("We add two and three", "We add two and three"),
+        ("Hence \\boxed{5}", "Thus \\boxed{6}"),
+        ("", "a step with odd characters: {}[]\\\n\n"),
+    ]
+    answers = judge_pairs(backend, pairs)
+    assert len(answers) == len(pairs)
+    for a in answers:
+        assert a.answer in ("yes", "no")
+        assert a.p_yes is not None and 0.0 <= a.p_yes <= 1.0
+        assert a.prompt_tokens > 0
+
+
+def test_judge_instructions_are_cached_across_calls(tiny_endpoints):
+    backend = LookaheadEndpoint(tiny_endpoints.judge.url, chat_template="chatml")
+    judge_pairs(backend, [("a", "b")])
+    [again] = judge_pairs(backend, [("c", "d")])
+    assert again.cached_tokens > 0
+
+
+def test_full_run_against_real_servers_keeps_a_consistent_trace(reasoner):
+    result = reasoner.run(QUESTION)
+    stats = result.stats
+    assert result.text == "".join(s.text for s in result.steps)
+    assert result.text.startswith(STEP_1)
+    second = result.steps[1]
+    # tiny-draft's second step differs from tiny's: the judge decided, and the kept step follows its verdict
+    assert stats.judge.requests >= 1
+    if second.source == "draft":
+        assert second.text == "Thus \\boxed{6}" and result.answer == "6"
+    else:
+        assert second.text == "Hence \\boxed{5}" and result.answer == "5"
+    assert stats.draft.completion_tokens > 0 and stats.target.cached_tokens > 0
+    assert stats.target_branch_cache_ratio > 0.5
+
+
+def test_exact_verification_reproduces_the_target_alone(reasoner):
+    """With only identical steps accepted, LR must write exactly what AR writes, here with partial steps too."""
+    conn = reasoner.connection
+    config = LookaheadConfig(depth=2, max_step_tokens=3, max_tokens=64)
+    lr = SyncEngine(config, conn.models, ExactMatchVerifier()).run(QUESTION)
+    ar = reasoner.baseline(QUESTION)
+    assert lr.text == ar.text == "We add two and three\n\nHence \\boxed{5}"
+
+
+def test_composition_inside_a_larger_sglang_program(reasoner, tiny_endpoints):
+    import sglang as sgl
+
+    from lookahead_reasoning.programs import lookahead_turn
+
+    @sgl.function
+    def agent(s, question, reasoner):
+        s += sgl.system("You are a careful assistant.")
+        lookahead_turn(s, question, reasoner)
+        s += sgl.user("Is the answer final? Reply yes or no.")
+        s += sgl.assistant(sgl.gen("final", choices=["yes", "no"]))
+
+    backend = LookaheadEndpoint(tiny_endpoints.target.url, chat_template="chatml")
+    state = agent.run(question=QUESTION, reasoner=reasoner, backend=backend)
+    assert state["reasoning"].startswith(STEP_1)
+    assert state["lookahead"].stats.rounds >= 1
+    assert state["final"] in ("yes", "no")
+    assert state["reasoning"] in state.text()
