@@ -1,7 +1,31 @@
 """Lookahead Reasoning (arXiv 2506.19830) on SGLang.
 
 Subpackages: `programs` (SGLang frontend programs), `verifiers` (step equivalence),
-`runtime` (engines, launcher, CLI), `eval` (answers, datasets, reports).
+`runtime` (engines, launcher, CLI), `eval` (datasets, graders, reports).
+
+The names below are the Python API; they load on first use, since importing them
+imports SGLang.
 """
 
 __version__ = "0.1.0"
+
+_API = {
+    "LookaheadReasoner": "lookahead_reasoning.runtime.reasoner",
+    "LookaheadConfig": "lookahead_reasoning.runtime.config",
+    "SamplingConfig": "lookahead_reasoning.runtime.config",
+    "Endpoints": "lookahead_reasoning.runtime.endpoints",
+    "Endpoint": "lookahead_reasoning.runtime.endpoints",
+    "ServerGroup": "lookahead_reasoning.runtime.launcher",
+    "LookaheadResult": "lookahead_reasoning.runtime.results",
+    "LookaheadError": "lookahead_reasoning.runtime.errors",
+}
+
+__all__ = list(_API)
+
+
+def __getattr__(name):
+    if name in _API:
+        import importlib
+
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'lookahead_reasoning' has no attribute {name!r}")

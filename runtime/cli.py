@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
+import click
 import typer
 from pydantic import ValidationError
 from rich.console import Console
@@ -24,11 +25,14 @@ from lookahead_reasoning.runtime.endpoints import (
     load_endpoints,
     save_endpoints,
 )
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.runtime.errors import LookaheadError, first_line
 from lookahead_reasoning.runtime.launcher import ServerGroup, stop_launcher
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
-app = typer.Typer(help="Lookahead reasoning on SGLang servers.", no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="Lookahead reasoning on SGLang servers.", no_args_is_help=True, add_completion=False,
+    pretty_exceptions_enable=False,
+)
 models_app = typer.Typer(help="Offline models for machines without the Hugging Face hub.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 err = Console(stderr=True)
@@ -196,10 +200,18 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         err.print("interrupted")
         sys.exit(130)
-    except Exception as error:  # click usage errors carry their own exit code
-        import click
+    except click.ClickException as error:  # usage errors carry their own exit code
+        error.show()
+        sys.exit(error.exit_code)
+    except Exception as error:
+        if os.environ.get("LOOKAHEAD_DEBUG"):
+            raise
+        err.print(
+            f"[red]error:[/] unexpected {type(error).__name__}: {first_line(error)} (LOOKAHEAD_DEBUG=1 shows the traceback)",
+            highlight=False, soft_wrap=True,
+        )
+        sys.exit(1)
 
-        if isinstance(error, click.ClickException):
-            error.show()
-            sys.exit(error.exit_code)
-        raise
+
+if __name__ == "__main__":
+    main()

@@ -44,23 +44,32 @@ class ServerSpec:
     port: int | None = None
 
 
-def resolve_model(model: str, log: Callable[[str], None]) -> tuple[str, str | None]:
-    """(model path for SGLang, frontend chat template name or None)."""
+def check_model(model: str) -> None:
+    """Fail early, before anything is prepared or started, on a model that cannot be served."""
     if model in offline_models.MODEL_NAMES:
-        log(f"preparing offline model {model}")
-        return str(offline_models.prepare(model, log=log)), offline_models.chat_template_for(model)
+        return
     path = Path(model).expanduser()
     if path.exists():
         if not (path / "config.json").exists():
             raise LookaheadError(f"model folder {path} has no config.json")
-        return str(path.resolve()), None
+        return
     if HF_ID.match(model) and not model.startswith("."):
-        return model, None
+        return
     if model.startswith(("/", ".", "~")) or os.sep in model:
         raise LookaheadError(f"model folder {model} does not exist")
     raise LookaheadError(
         f"unknown model {model!r}: give a folder, a Hugging Face id, or one of {', '.join(offline_models.MODEL_NAMES)}"
     )
+
+
+def resolve_model(model: str, log: Callable[[str], None]) -> tuple[str, str | None]:
+    """(model path for SGLang, frontend chat template name or None)."""
+    check_model(model)
+    if model in offline_models.MODEL_NAMES:
+        log(f"preparing offline model {model}")
+        return str(offline_models.prepare(model, log=log)), offline_models.chat_template_for(model)
+    path = Path(model).expanduser()
+    return (str(path.resolve()), None) if path.exists() else (model, None)
 
 
 def free_port() -> int:
@@ -162,6 +171,15 @@ class ServerGroup:
         self.role_server: dict[str, ServerProcess] = {}
         named = {"draft": draft, "target": target, "judge": judge or target}
         role_args = {"draft": draft_server_args, "target": target_server_args, "judge": judge_server_args}
+        for model in named.values():
+            check_model(model)
+        distinct = len(set(named.values()))
+        if ports:
+            if len(ports) < distinct:
+                raise LookaheadError(f"{distinct} servers need {distinct} ports, got {len(ports)}")
+            for port in ports:
+                if port_in_use(port):
+                    raise LookaheadError(f"port {port} is already in use")
         self.specs: list[ServerSpec] = []
         for role in ("target", "draft", "judge"):  # the target first: the judge prefers to share it
             spec = next((s for s in self.specs if s.model == named[role]), None)
@@ -171,13 +189,8 @@ class ServerGroup:
                 self.specs.append(spec)
             spec.roles.append(role)
             spec.extra_args += shlex.split(role_args[role])
-        if ports:
-            if len(ports) < len(self.specs):
-                raise LookaheadError(f"{len(self.specs)} servers need {len(self.specs)} ports, got {len(ports)}")
-            for spec, port in zip(self.specs, ports):
-                if port_in_use(port):
-                    raise LookaheadError(f"port {port} is already in use")
-                spec.port = port
+        for spec, port in zip(self.specs, ports or []):
+            spec.port = port
 
     def command(self, spec: ServerSpec, port: int) -> list[str]:
         cmd = [

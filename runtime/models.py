@@ -157,13 +157,13 @@ def _build_from_gguf(folder: Path, model: GGUFModel, log) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_path.name)
     config = AutoConfig.from_pretrained(folder, gguf_file=gguf_path.name)
-    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_path.name, torch_dtype=torch.float32)
+    quantized = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_path.name, dtype=torch.float32)
     state = quantized.state_dict()
     del quantized
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
     config.torch_dtype = "float32"
-    plain = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = plain.load_state_dict(state, strict=False)
     if unexpected or [k for k in missing if "lm_head" not in k]:
         raise LookaheadError(f"dequantized weights of {model.name} do not fit its config: {missing} {unexpected}")
