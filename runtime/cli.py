@@ -165,15 +165,18 @@ def demo(
     target: str = typer.Option("qwen2.5-coder-1.5b", help="target model (also the judge)"),
     question: str = typer.Option(DEMO_QUESTION, help="the question"),
     depth: int = typer.Option(2, help="γ"),
-    max_tokens: int = typer.Option(160, help="cap on the answer's tokens"),
-    max_step_tokens: int = typer.Option(60, help="cap on one step's tokens"),
+    max_tokens: int = typer.Option(320, help="cap on the answer's tokens"),
+    max_step_tokens: int = typer.Option(80, help="cap on one step's tokens"),
     threshold: float = typer.Option(0.7, help="judge threshold on P(yes)"),
     device: str = typer.Option("auto", help="cpu, cuda or auto"),
 ):
     """Prepare models, launch servers, answer one question with LR and with AR, and stop."""
     started = time.perf_counter()
     config = _config(depth=depth, max_tokens=max_tokens, max_step_tokens=max_step_tokens, judge_threshold=threshold)
-    with ServerGroup(draft, target, device=device, log=lambda m: err.print(m)) as group:
+    group = ServerGroup(draft, target, device=device, log=lambda m: err.print(m))
+    try:
+        with err.status("preparing models and starting servers (about a minute per server on a CPU)…"):
+            group.start()
         if group.device == "cpu":
             err.print(
                 "[yellow]CPU mode: the target's parallel branches and the judge cost real time here, "
@@ -182,11 +185,14 @@ def demo(
             )
         reasoner = LookaheadReasoner(group.endpoints(), config)
         err.print(f"[bold]question:[/] {question}")
-        result = reasoner.run(question, on_round=RoundPrinter(err))
-        err.print("[bold]running the target alone (AR baseline)…[/]")
-        base = reasoner.baseline(question)
+        with err.status("lookahead reasoning…"):
+            result = reasoner.run(question, on_round=RoundPrinter(err))
+        with err.status("the target alone (AR baseline)…"):
+            base = reasoner.baseline(question)
         print_answer(Console(), result, base)
         print_comparison(Console(), result, base)
+    finally:
+        group.stop()
     err.print(f"demo finished in {time.perf_counter() - started:.0f} s")
 
 

@@ -59,7 +59,7 @@ def run_json(result: LookaheadResult, baseline: BaselineResult | None = None) ->
 def print_answer(console: Console, result: LookaheadResult, baseline: BaselineResult | None = None) -> None:
     s = result.stats
     console.rule("lookahead reasoning")
-    console.print(escape(result.text), highlight=False)
+    console.print(result.text, markup=False, highlight=False)
     if s.finish == "max_tokens":
         console.print(f"[yellow]stopped at the token cap ({s.output_tokens} tokens): the answer may be incomplete[/]")
     console.print(f"[bold]answer:[/] {escape(str(result.answer))}")
@@ -72,7 +72,7 @@ def print_answer(console: Console, result: LookaheadResult, baseline: BaselineRe
         console.print(f"[yellow]degraded:[/] {escape(note)}")
     if baseline is not None:
         console.rule("target alone (AR)")
-        console.print(escape(baseline.text), highlight=False)
+        console.print(baseline.text, markup=False, highlight=False)
         console.print(f"[bold]answer:[/] {escape(str(baseline.answer))}")
         console.print(f"speedup (AR time / LR time): {baseline.wall_time_s / max(s.wall_time_s, 1e-9):.2f}×")
 

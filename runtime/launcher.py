@@ -37,11 +37,11 @@ HF_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 @dataclass
 class ServerSpec:
     model: str  # what the user named: offline model name, folder, or Hugging Face id
-    model_path: str  # what SGLang loads
-    chat_template: str | None
     roles: list[str]
     extra_args: list[str] = field(default_factory=list)
     port: int | None = None
+    model_path: str | None = None  # what SGLang loads; set when the group starts
+    chat_template: str | None = None
 
 
 def check_model(model: str) -> None:
@@ -184,8 +184,7 @@ class ServerGroup:
         for role in ("target", "draft", "judge"):  # the target first: the judge prefers to share it
             spec = next((s for s in self.specs if s.model == named[role]), None)
             if spec is None:
-                path, template = resolve_model(named[role], log)
-                spec = ServerSpec(model=named[role], model_path=path, chat_template=template, roles=[])
+                spec = ServerSpec(model=named[role], roles=[])
                 self.specs.append(spec)
             spec.roles.append(role)
             spec.extra_args += shlex.split(role_args[role])
@@ -216,6 +215,9 @@ class ServerGroup:
         return env
 
     def start(self) -> Endpoints:
+        """Prepare offline models, start every server and wait until all answer."""
+        for spec in self.specs:
+            spec.model_path, spec.chat_template = resolve_model(spec.model, self.log)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = self.environment()
         for spec in self.specs:

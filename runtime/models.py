@@ -162,9 +162,10 @@ def _build_from_gguf(folder: Path, model: GGUFModel, log) -> None:
     del quantized
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
-    config.torch_dtype = "float32"
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = plain.load_state_dict(state, strict=False)
+    config.dtype = "float32"
+    with torch.device("meta"):  # no second copy of the weights: the dequantized tensors are assigned
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = plain.load_state_dict(state, strict=False, assign=True)
     if unexpected or [k for k in missing if "lm_head" not in k]:
         raise LookaheadError(f"dequantized weights of {model.name} do not fit its config: {missing} {unexpected}")
     if missing:  # tied output head
