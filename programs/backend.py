@@ -8,6 +8,10 @@ a timeout on every HTTP request (a hung server must not hang a run) and an optio
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import Counter
+
 import requests
 from sglang.lang.backend.base_backend import BaseBackend
 from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint
@@ -37,6 +41,8 @@ class LookaheadEndpoint(RuntimeEndpoint):
         self.verify = None
         self.timeout_s = timeout_s
         self.seed = seed
+        self._seen: Counter[str] = Counter()
+        self._seen_lock = threading.Lock()
         self._session = requests.Session()
         self.model_info = self._request("GET", "/model_info")
         self.chat_template = (
@@ -61,6 +67,16 @@ class LookaheadEndpoint(RuntimeEndpoint):
         except ValueError:
             raise BackendError(f"{url} answered with something that is not JSON") from None
 
+    def _request_seed(self, text: str) -> int:
+        """Seed + (prompt, how many times this prompt was sampled): parallel samples of one
+        prompt get distinct seeds, and a rerun gets the same set of seeds."""
+        key = hashlib.sha256(text.encode()).hexdigest()
+        with self._seen_lock:
+            count = self._seen[key]
+            self._seen[key] += 1
+        digest = hashlib.sha256(f"{self.seed}:{key}:{count}".encode()).digest()
+        return int.from_bytes(digest[:7], "big")
+
     def flush_cache(self):
         self._request("POST", "/flush_cache")
 
@@ -78,7 +94,7 @@ class LookaheadEndpoint(RuntimeEndpoint):
             **sampling_params.to_srt_kwargs(),
         }
         if self.seed is not None and (sampling_params.temperature or 0) > 0:
-            params["sampling_seed"] = self.seed
+            params["sampling_seed"] = self._request_seed(s.text_)
         data = {"text": s.text_, "sampling_params": params}
         for field in _LOGPROB_FIELDS:
             value = getattr(sampling_params, field, None)

@@ -6,6 +6,8 @@ decides what to run next; that is the runtime's job.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from lookahead_reasoning.programs.backend import LookaheadEndpoint
 from lookahead_reasoning.programs.judge import JudgeAnswer, judge
 from lookahead_reasoning.programs.prompts import question_message
@@ -15,6 +17,7 @@ from lookahead_reasoning.programs.steps import (
     chat_prefix,
     draft_steps,
     free_generation,
+    sample_steps,
     target_steps,
 )
 
@@ -62,6 +65,20 @@ class SGLangRoles:
             backend=self.draft_backend,
         )
         return state.get_var("steps")
+
+    def sample(self, prefixes: list[str], width: int, max_step_tokens: int | None = None) -> list[list[StepOutput]]:
+        """`width` sampled next-step candidates after each prefix; all prefixes run concurrently."""
+        def one(prefix: str) -> list[StepOutput]:
+            return sample_steps.run(
+                prefix=prefix, width=width, delimiter=self.delimiter,
+                max_step_tokens=max_step_tokens or self.max_step_tokens, sampling=self.draft_sampling,
+                backend=self.draft_backend,
+            ).get_var("steps")
+
+        if len(prefixes) == 1:
+            return [one(prefixes[0])]
+        with ThreadPoolExecutor(max_workers=len(prefixes)) as pool:
+            return list(pool.map(one, prefixes))
 
     def target(self, prefix: str, continuations: list[str], max_step_tokens: int | None = None) -> list[StepOutput]:
         state = target_steps.run(

@@ -123,6 +123,20 @@ def chat_prefix(s, message):
 
 
 @sgl.function
+def sample_steps(s, prefix, width, delimiter, max_step_tokens, sampling):
+    """`width` sampled candidates for the next step after `prefix`, in parallel (tree drafting)."""
+    s += prefix
+    s.sync()  # see target_steps
+    branches = s.fork(width)
+    for branch in branches:
+        branch += _step_gen("step", delimiter, max_step_tokens, sampling)
+    try:
+        s.set_var("steps", [read_step(*checked(b, "step"), delimiter) for b in branches])
+    finally:
+        branches.join()
+
+
+@sgl.function
 def free_generation(s, prefix, max_tokens, sampling):
     """Plain autoregressive continuation (the AR baseline): no step boundaries."""
     s += prefix

@@ -51,6 +51,16 @@ def _config(**values) -> LookaheadConfig:
         raise LookaheadError(f"invalid {'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
 
 
+def _depth_options(depth: str) -> dict:
+    """`--depth N` or `--depth adaptive` (which starts at the default γ)."""
+    if depth == "adaptive":
+        return {"adaptive_depth": True}
+    try:
+        return {"depth": int(depth)}
+    except ValueError:
+        raise LookaheadError(f"depth must be a number or 'adaptive', got {depth!r}") from None
+
+
 def _endpoints(path: Optional[Path], draft_url, target_url, judge_url, chat_template) -> Endpoints:
     if draft_url or target_url or judge_url:
         if not (draft_url and target_url):
@@ -70,7 +80,9 @@ def run(
     target_url: Optional[str] = typer.Option(None, help="target SGLang server URL"),
     judge_url: Optional[str] = typer.Option(None, help="judge SGLang server URL (default: the target's)"),
     chat_template: Optional[str] = typer.Option(None, help="SGLang chat template name for --*-url servers"),
-    depth: int = typer.Option(4, help="γ: draft steps per round"),
+    depth: str = typer.Option("4", help="γ: draft steps per round, or 'adaptive'"),
+    width: int = typer.Option(1, help="W: draft candidates per position (tree drafting when > 1)"),
+    engine: str = typer.Option("sync", help="sync, or async (drafting overlaps verification)"),
     max_tokens: int = typer.Option(1024, help="cap on the answer's tokens"),
     max_step_tokens: int = typer.Option(100, help="cap on one step's tokens"),
     threshold: float = typer.Option(0.8, help="judge accepts when P(yes) >= this"),
@@ -84,7 +96,7 @@ def run(
         raise LookaheadError("the question is empty")
     sampling = {"temperature": temperature}
     config = _config(
-        depth=depth, max_tokens=max_tokens, max_step_tokens=max_step_tokens, judge_threshold=threshold,
+        **_depth_options(depth), width=width, engine=engine, max_tokens=max_tokens, max_step_tokens=max_step_tokens, judge_threshold=threshold,
         draft_sampling=sampling, target_sampling=sampling, request_timeout_s=timeout,
     )
     reasoner = LookaheadReasoner(_endpoints(endpoints, draft_url, target_url, judge_url, chat_template), config)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lookahead_reasoning.programs.steps import Sampling
 
@@ -22,7 +24,12 @@ class LookaheadConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    depth: int = Field(4, ge=1, description="γ: draft steps per round")
+    depth: int = Field(4, ge=1, description="γ: draft steps per round (the first γ when adaptive)")
+    adaptive_depth: bool = Field(False, description="choose γ each round from the measured α and c")
+    max_depth: int = Field(8, ge=1, description="largest γ the adaptive policy may choose")
+    width: int = Field(1, ge=1, description="W: draft candidates per position (tree drafting when > 1)")
+    engine: Literal["sync", "async"] = Field("sync", description="async overlaps drafting with verification")
+    tree_temperature: float = Field(0.8, gt=0.0, description="draft temperature for W > 1 when draft sampling is greedy")
     delimiter: str = Field("\n\n", min_length=1, description="text that ends a step")
     max_step_tokens: int = Field(100, ge=1, description="cap on the tokens of one step")
     max_tokens: int = Field(1024, ge=1, description="cap on the tokens of the whole answer")
@@ -31,3 +38,11 @@ class LookaheadConfig(BaseModel):
     judge_threshold: float = Field(0.8, ge=0.0, le=1.0, description="accept when P(yes) >= this")
     seed: int | None = Field(None, description="sent as SGLang's sampling_seed when sampling (temperature > 0)")
     request_timeout_s: float = Field(300.0, gt=0.0, description="limit on one HTTP request to a server")
+
+    @model_validator(mode="after")
+    def _tree_needs_sampling(self):
+        if self.width > 1 and self.draft_sampling.temperature == 0.0:
+            object.__setattr__(
+                self, "draft_sampling", SamplingConfig(temperature=self.tree_temperature, top_p=self.draft_sampling.top_p)
+            )
+        return self

@@ -1,14 +1,21 @@
-"""The synchronous lookahead engine: draft γ → target γ+1 branches → judge → accept.
+"""The lookahead engines: sync (the reference) and async (drafting overlaps verification).
 
-Round r from prefix P:
-  1. the draft writes d_1..d_m one after another (m ≤ γ; it stops early at EOS or
-     the length cap, since nothing can follow such a step);
+Sync round from prefix P:
+  1. the draft writes a window: d_1..d_m one after another (m ≤ γ; it stops early at
+     EOS or the length cap, since nothing can follow such a step), or a tree of W
+     candidates per position (see tree.py);
   2. the target writes t_k after P + d_1..d_k for every k whose prefix is made of
      complete steps, all in one fork;
   3. the verifier judges the pairs (t_{k-1}, d_k);
   4. the accepted prefix d_1..d_j is kept, then t_j, the target's own step after it
-     (when that branch exists). Every round therefore keeps at least one step of
-     target quality.
+     (when that branch exists). Every round keeps at least one step of target quality.
+
+Async: while the target and judge verify window r, the draft already drafts window
+r+1 from the end of window r, assuming it will be fully accepted. If it is, window
+r+1 is ready (or nearly) when verification ends; on a rejection it is discarded and
+drafting restarts from the new prefix. On full acceptance the target's bonus step
+after the window is not kept (window r+1 was drafted without it), so the target
+writes only the branches a rejection could need.
 
 A draft step is accepted only if the verifier says so *and* it ended the same way as
 the target's step (both on the delimiter, both on EOS, or both on the cap): a draft
@@ -22,28 +29,27 @@ stays correct, only slower). A failing target server ends the run with ServerFai
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Protocol
 
 from lookahead_reasoning.programs.steps import StepOutput
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.depth import DepthPolicy, make_depth_policy
 from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure, first_line
-from lookahead_reasoning.runtime.results import (
-    JudgedDraft,
-    LookaheadResult,
-    RoundRecord,
-    RunStats,
-    StepRecord,
-)
+from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, RunStats, StepRecord
+from lookahead_reasoning.runtime.tree import ROOT, DraftTree, draft_tree, kept_steps, target_branches, walk
 from lookahead_reasoning.verifiers.base import Verdict, Verifier
 
 
 class StepModels(Protocol):
-    """What the engine needs from the models (SGLangRoles, or a scripted stand-in)."""
+    """What the engines need from the models (SGLangRoles, or a scripted stand-in)."""
 
     def prompt(self, question: str) -> str: ...
 
     def draft(self, prefix: str, gamma: int, max_step_tokens: int | None = None) -> list[StepOutput]: ...
+
+    def sample(self, prefixes: list[str], width: int, max_step_tokens: int | None = None) -> list[list[StepOutput]]: ...
 
     def target(self, prefix: str, continuations: list[str], max_step_tokens: int | None = None) -> list[StepOutput]: ...
 
@@ -59,7 +65,43 @@ def render_prompt(models: StepModels, question: str) -> str:
         raise ServerFailure(f"the target server failed: {first_line(error)}") from None
 
 
-class SyncEngine:
+class _Run:
+    """The state of one run: text so far, statistics, round log."""
+
+    def __init__(self, prompt: str):
+        self.prompt = prompt
+        self.started = time.perf_counter()
+        self.stats = RunStats()
+        self.steps: list[StepRecord] = []
+        self.log: list[RoundRecord] = []
+        self.text = ""
+        self.drafting = True
+
+    @property
+    def prefix(self) -> str:
+        return self.prompt + self.text
+
+    def degrade(self, message: str, error: BaseException) -> None:
+        self.drafting = False
+        self.stats.degraded.append(f"{message}: {first_line(error)}")
+
+    def result(self) -> LookaheadResult:
+        stats = self.stats
+        stats.rounds = len(self.log)
+        stats.wall_time_s = time.perf_counter() - self.started
+        if stats.draft_steps_judged:
+            stats.acceptance_rate = stats.draft_steps_accepted / stats.draft_steps_judged
+        if stats.target.prompt_tokens:
+            stats.target_branch_cache_ratio = stats.target.cached_tokens / stats.target.prompt_tokens
+        text = self.text
+        return LookaheadResult(text=text, answer=last_boxed(text), steps=self.steps, round_log=self.log, stats=stats)
+
+
+class Engine:
+    """Shared round machinery; subclasses decide where each round's draft comes from."""
+
+    mode = "sync"
+
     def __init__(
         self,
         config: LookaheadConfig,
@@ -77,113 +119,176 @@ class SyncEngine:
 
     def continue_from(self, prompt: str) -> LookaheadResult:
         """Reason on from `prompt` (already in the target's chat template) until EOS or the token cap."""
-        started = time.perf_counter()
-        stats = RunStats()
-        steps: list[StepRecord] = []
-        log: list[RoundRecord] = []
-        text = ""
-        drafting = True
-        while True:
-            remaining = self.config.max_tokens - stats.output_tokens
-            record, drafting = self._round(len(log), prompt + text, remaining, stats, drafting)
-            log.append(record)
-            steps.extend(record.kept)
-            text += "".join(s.text for s in record.kept)
-            if self.on_round is not None:
-                self.on_round(record)
-            if record.finished:
-                stats.finish = "eos"
-                break
-            if stats.output_tokens >= self.config.max_tokens:
-                stats.finish = "max_tokens"
-                break
-        stats.rounds = len(log)
-        stats.wall_time_s = time.perf_counter() - started
-        if stats.draft_steps_judged:
-            stats.acceptance_rate = stats.draft_steps_accepted / stats.draft_steps_judged
-        if stats.target.prompt_tokens:
-            stats.target_branch_cache_ratio = stats.target.cached_tokens / stats.target.prompt_tokens
-        return LookaheadResult(text=text, answer=last_boxed(text), steps=steps, round_log=log, stats=stats)
-
-    def _round(
-        self, index: int, prefix: str, remaining: int, stats: RunStats, drafting: bool
-    ) -> tuple[RoundRecord, bool]:
-        cap = max(1, min(self.config.max_step_tokens, remaining))
-        t0 = time.perf_counter()
-        drafts: list[StepOutput] = []
-        if drafting:
-            try:
-                drafts = self.models.draft(prefix, self.config.depth, cap)
-            except Exception as error:
-                drafting = False
-                stats.degraded.append(f"draft failed, continuing with target steps only: {first_line(error)}")
-        for d in drafts:
-            stats.draft.add(d.prompt_tokens, d.completion_tokens, d.cached_tokens)
-        t1 = time.perf_counter()
-
-        continuations = [""]
-        for d in drafts:
-            if not d.complete:
-                break
-            continuations.append(continuations[-1] + d.text)
+        run = _Run(prompt)
+        policy = make_depth_policy(self.config, self.mode)
         try:
-            targets = self.models.target(prefix, continuations, cap)
+            self._loop(run, policy)
+        finally:
+            self._close()
+        return run.result()
+
+    def _loop(self, run: _Run, policy: DepthPolicy) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        pass
+
+    def _cap(self, run: _Run) -> int:
+        return max(1, min(self.config.max_step_tokens, self.config.max_tokens - run.stats.output_tokens))
+
+    def _draft(self, prefix: str, depth: int, cap: int) -> DraftTree:
+        return draft_tree(self.models, prefix, depth, self.config.width, cap)
+
+    def _verify_round(
+        self, run: _Run, tree: DraftTree, bonus: bool, cap: int, draft_s: float, started: float, depth: int
+    ) -> RoundRecord:
+        """Target branches, judge, acceptance walk, bookkeeping; returns the round's record."""
+        stats = run.stats
+        for node in tree.nodes:
+            stats.draft.add(node.step.prompt_tokens, node.step.completion_tokens, node.step.cached_tokens)
+        t1 = time.perf_counter()
+        branches = target_branches(tree, bonus)
+        continuations = ["" if b == ROOT else tree.nodes[b].path for b in branches]
+        try:
+            targets = self.models.target(run.prefix, continuations, cap)
         except Exception as error:
             raise ServerFailure(f"the target server failed: {first_line(error)}") from None
         if len(targets) != len(continuations):
             raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
         for t in targets:
             stats.target.add(t.prompt_tokens, t.completion_tokens, t.cached_tokens)
+        target_after = dict(zip(branches, targets))
         t2 = time.perf_counter()
 
-        judged = min(len(drafts), len(targets))
-        pairs = [(targets[k].text, drafts[k].text) for k in range(judged)]
-        verdicts, drafting = self._verify(prefix, pairs, stats, drafting)
+        pairs = [(target_after[n.parent].text, n.step.text) for n in tree.nodes if n.parent in target_after]
+        judged_nodes = [i for i, n in enumerate(tree.nodes) if n.parent in target_after]
+        verdict_list = self._judge(run, pairs)
+        verdicts: list[Verdict] = [Verdict(False, None, "unjudged")] * len(tree.nodes)
+        for i, v in zip(judged_nodes, verdict_list):
+            verdicts[i] = v
         t3 = time.perf_counter()
 
-        accepted = 0
-        while accepted < judged and verdicts[accepted].accept and drafts[accepted].ending == targets[accepted].ending:
-            accepted += 1
-        kept = [
-            StepRecord(text=drafts[k].text, source="draft", judge_p_yes=verdicts[k].score, round=index)
-            for k in range(accepted)
-        ]
-        kept_outputs = drafts[:accepted]
-        if accepted < len(targets):
-            kept.append(StepRecord(text=targets[accepted].text, source="target", round=index))
-            kept_outputs.append(targets[accepted])
-        stats.draft_steps_judged += judged
-        stats.draft_steps_accepted += accepted
-        stats.output_tokens += sum(max(1, s.completion_tokens) for s in kept_outputs)
+        path = walk(tree, verdicts, target_after)
+        kept, outputs = kept_steps(tree, verdicts, path, target_after, len(run.log))
+        end = path[-1] if path else ROOT
+        positions = len(path) + (1 if end in target_after and tree.children(end) else 0)
+        stats.draft_steps_judged += positions
+        stats.draft_steps_accepted += len(path)
+        stats.output_tokens += sum(max(1, s.completion_tokens) for s in outputs)
         record = RoundRecord(
-            index=index,
+            index=len(run.log),
+            depth=depth,
             judged=[
-                JudgedDraft(draft=d.text, target=t, accept=v.accept, score=v.score, method=v.method)
-                for d, (t, _), v in zip(drafts, pairs, verdicts)
+                JudgedDraft(
+                    draft=tree.nodes[i].step.text, target=target_after[tree.nodes[i].parent].text,
+                    accept=verdicts[i].accept, score=verdicts[i].score, method=verdicts[i].method,
+                )
+                for i in judged_nodes
             ],
-            accepted=accepted,
+            accepted=len(path),
+            positions=positions,
             kept=kept,
-            finished=kept_outputs[-1].ending == "eos",
-            draft_s=t1 - t0,
+            finished=bool(outputs) and outputs[-1].ending == "eos",
+            started=started,
+            draft_s=draft_s,
             target_s=t2 - t1,
             judge_s=t3 - t2,
-            wall_s=time.perf_counter() - t0,
+            wall_s=time.perf_counter() - started,
         )
-        return record, drafting
+        run.log.append(record)
+        run.steps.extend(kept)
+        run.text += "".join(s.text for s in kept)
+        if self.on_round is not None:
+            self.on_round(record)
+        return record
 
-    def _verify(
-        self, prefix: str, pairs: list[tuple[str, str]], stats: RunStats, drafting: bool
-    ) -> tuple[list[Verdict], bool]:
+    def _judge(self, run: _Run, pairs: list[tuple[str, str]]) -> list[Verdict]:
         if not pairs:
-            return [], drafting
+            return []
         try:
-            verdicts = self.verifier.verify(prefix, pairs)
+            verdicts = self.verifier.verify(run.prefix, pairs)
             if len(verdicts) != len(pairs):
                 raise ValueError(f"{len(verdicts)} verdicts for {len(pairs)} pairs")
         except Exception as error:
-            stats.degraded.append(f"verifier failed, rejecting drafts from now on: {first_line(error)}")
-            return [Verdict(False, None, "unusable")] * len(pairs), False
+            run.degrade("verifier failed, rejecting drafts from now on", error)
+            return [Verdict(False, None, "unusable")] * len(pairs)
         for v in verdicts:
             if v.prompt_tokens:  # a model was asked
-                stats.judge.add(v.prompt_tokens, v.completion_tokens, v.cached_tokens)
-        return verdicts, drafting
+                run.stats.judge.add(v.prompt_tokens, v.completion_tokens, v.cached_tokens)
+        return verdicts
+
+    def _done(self, run: _Run, record: RoundRecord) -> bool:
+        if record.finished:
+            run.stats.finish = "eos"
+            return True
+        if run.stats.output_tokens >= self.config.max_tokens:
+            run.stats.finish = "max_tokens"
+            return True
+        return False
+
+
+class SyncEngine(Engine):
+    mode = "sync"
+
+    def _loop(self, run: _Run, policy: DepthPolicy) -> None:
+        while True:
+            started = time.perf_counter()
+            cap = self._cap(run)
+            depth = policy.next_depth() if run.drafting else 0
+            tree = DraftTree([])
+            if depth:
+                try:
+                    tree = self._draft(run.prefix, depth, cap)
+                except Exception as error:
+                    run.degrade("draft failed, continuing with target steps only", error)
+            record = self._verify_round(run, tree, True, cap, time.perf_counter() - started, started, depth)
+            policy.observe(record, len(tree.nodes))
+            if self._done(run, record):
+                return
+
+
+class AsyncEngine(Engine):
+    mode = "async"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lookahead-draft")
+
+    def _close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _timed_draft(self, prefix: str, depth: int, cap: int) -> tuple[DraftTree, float]:
+        t0 = time.perf_counter()
+        tree = self._draft(prefix, depth, cap)
+        return tree, time.perf_counter() - t0
+
+    def _loop(self, run: _Run, policy: DepthPolicy) -> None:
+        pending: Future | None = None  # the next window, drafted from the optimistic end
+        pending_base = ""
+        while True:
+            started = time.perf_counter()
+            cap = self._cap(run)
+            depth = policy.next_depth() if run.drafting else 0
+            tree, draft_s = DraftTree([]), 0.0
+            if depth:
+                if pending is None or pending_base != run.prefix:  # none yet, or a rejection made it stale
+                    pending = self._pool.submit(self._timed_draft, run.prefix, depth, cap)
+                try:
+                    tree, draft_s = pending.result()
+                except Exception as error:
+                    run.degrade("draft failed, continuing with target steps only", error)
+                pending = None
+                optimistic = tree.optimistic_path()
+                ends = tree.nodes[optimistic[-1]].step if optimistic else None
+                if run.drafting and ends is not None and ends.ending != "eos":
+                    pending_base = run.prefix + tree.text_of(optimistic)
+                    pending = self._pool.submit(self._timed_draft, pending_base, policy.peek_depth(), cap)
+            record = self._verify_round(run, tree, False, cap, draft_s, started, depth)
+            policy.observe(record, len(tree.nodes))
+            if self._done(run, record):
+                return
+
+
+def make_engine(config: LookaheadConfig, models: StepModels, verifier: Verifier, on_round=None) -> Engine:
+    engine_class = AsyncEngine if config.engine == "async" else SyncEngine
+    return engine_class(config, models, verifier, on_round=on_round)

@@ -288,6 +288,19 @@ class ServerGroup:
         self.stop()
 
 
+def _running(pid: int) -> bool:
+    """Whether `pid` is a live process (an exited child that is not yet reaped does not count)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
 def stop_launcher(endpoints: Endpoints, timeout_s: float = 60.0) -> None:
     """Ask the launcher that wrote `endpoints` to stop its servers, and wait for it."""
     pid = endpoints.launcher_pid
@@ -299,9 +312,7 @@ def stop_launcher(endpoints: Endpoints, timeout_s: float = 60.0) -> None:
         raise LookaheadError(f"launcher process {pid} is not running") from None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not _running(pid):
             return
         time.sleep(0.5)
     raise LookaheadError(f"launcher process {pid} did not stop within {timeout_s:g} s")

@@ -7,7 +7,7 @@ from typing import Callable
 from lookahead_reasoning.runtime.baseline import run_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.endpoints import Connection, Endpoints
-from lookahead_reasoning.runtime.engine import SyncEngine
+from lookahead_reasoning.runtime.engine import Engine, make_engine
 from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord
 
 
@@ -23,8 +23,9 @@ class LookaheadReasoner:
         self.config = config or LookaheadConfig()
         self.connection = Connection(endpoints, self.config)
 
-    def engine(self, on_round: Callable[[RoundRecord], None] | None = None) -> SyncEngine:
-        return SyncEngine(self.config, self.connection.models, self.connection.verifier, on_round=on_round)
+    def engine(self, on_round: Callable[[RoundRecord], None] | None = None) -> Engine:
+        """The engine the config names (sync or async), over this connection."""
+        return make_engine(self.config, self.connection.models, self.connection.verifier, on_round=on_round)
 
     def run(self, question: str, on_round: Callable[[RoundRecord], None] | None = None) -> LookaheadResult:
         return self.engine(on_round).run(question)

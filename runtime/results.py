@@ -24,11 +24,14 @@ class JudgedDraft(BaseModel):
 
 class RoundRecord(BaseModel):
     index: int
+    depth: int  # γ asked of the draft this round (0: no drafting)
     judged: list[JudgedDraft]
     accepted: int  # length of the accepted draft prefix
+    positions: int  # draft positions decided: the accepted ones, plus the rejection that ended the walk
     kept: list[StepRecord]
     finished: bool  # the last kept step ended on EOS
-    draft_s: float
+    started: float  # time.perf_counter() at the start of the round
+    draft_s: float  # time spent drafting this round's window (overlapped with the previous round when async)
     target_s: float
     judge_s: float
     wall_s: float

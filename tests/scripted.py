@@ -64,6 +64,21 @@ class ScriptedModels:
             text += step.text
         return steps
 
+    def sample(self, prefixes: list[str], width: int, max_step_tokens: int | None = None) -> list[list[StepOutput]]:
+        """Candidate i is the draft script's step with " v{i}" appended (i = 0 is the plain draft step)."""
+        self.calls["draft"] += 1
+        self._check("draft")
+        out = []
+        for prefix in prefixes:
+            base = self.draft_model.next_step(prefix[len(PROMPT):], max_step_tokens or 100)
+            variants = [base]
+            for i in range(1, width):
+                text = base.text[: -len(DELIM)] if base.complete else base.text
+                variants.append(StepOutput(f"{text} v{i}" + (DELIM if base.complete else ""), base.ending,
+                                           completion_tokens=base.completion_tokens + 1))
+            out.append(variants)
+        return out
+
     def target(self, prefix: str, continuations: list[str], max_step_tokens: int | None = None) -> list[StepOutput]:
         self.calls["target"] += 1
         self._check("target")

@@ -9,7 +9,7 @@ from lookahead_reasoning.programs.judge import JudgeAnswer, p_yes_from_top_logpr
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.baseline import run_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.engine import SyncEngine
+from lookahead_reasoning.runtime.engine import AsyncEngine, SyncEngine
 from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure
 from lookahead_reasoning.verifiers import ExactMatchVerifier, FastPathVerifier, LLMJudgeVerifier
 
@@ -172,3 +172,94 @@ def test_with_exact_verification_lookahead_equals_the_target_alone(target, draft
     result = SyncEngine(config, models, ExactMatchVerifier()).run("q")
     assert result.text == run_baseline(models, "q", config).text
     assert result.stats.draft_steps_accepted <= result.stats.draft_steps_judged
+
+
+# --- async engine, tree drafting, adaptive depth --------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    target=st.lists(steps, min_size=1, max_size=6),
+    draft=st.lists(steps, min_size=0, max_size=6),
+    depth=st.integers(1, 4),
+    cap=st.integers(1, 6),
+    width=st.integers(1, 3),
+    engine_class=st.sampled_from([SyncEngine, AsyncEngine]),
+)
+def test_every_engine_and_width_is_lossless_under_exact_verification(target, draft, depth, cap, width, engine_class):
+    models = ScriptedModels(target, draft)
+    config = LookaheadConfig(depth=depth, max_step_tokens=cap, max_tokens=10_000, width=width)
+    result = engine_class(config, models, ExactMatchVerifier()).run("q")
+    assert result.text == run_baseline(models, "q", config).text
+
+
+def test_async_matches_sync_with_the_same_judge():
+    draft = ["we add 2 and 3", "which makes 5", "so the answer is \\boxed{6}"]
+    results = [
+        cls(LookaheadConfig(depth=2), ScriptedModels(TARGET, draft), FastPathVerifier(ScriptedJudge({"makes"}))).run("q")
+        for cls in (SyncEngine, AsyncEngine)
+    ]
+    assert results[0].text == results[1].text == "we add 2 and 3\n\nwhich makes 5\n\nso the answer is \\boxed{5}"
+    assert results[0].answer == results[1].answer == "5"
+
+
+def test_async_drafts_the_next_window_while_verifying_and_keeps_no_bonus_step():
+    models = ScriptedModels(TARGET * 2 + ["end \\boxed{1}"])
+    result = AsyncEngine(LookaheadConfig(depth=2), models, FastPathVerifier(ScriptedJudge())).run("q")
+    assert result.text == DELIM.join(TARGET * 2 + ["end \\boxed{1}"])
+    full = [r for r in result.round_log if r.accepted == r.depth]
+    assert full and all(r.kept[-1].source == "draft" for r in full)  # full acceptance: no target bonus step
+    assert models.calls["draft"] == len(result.round_log)  # every window was drafted once, none wasted
+
+
+def test_async_discards_the_speculative_window_on_a_reject():
+    draft = ["we add 2 and 3", "that gives 6", "so the answer is \\boxed{6}", "x", "y"]
+    models = ScriptedModels(TARGET + ["tail one", "tail two"], draft)
+    result = AsyncEngine(LookaheadConfig(depth=2), models, FastPathVerifier(ScriptedJudge())).run("q")
+    assert result.text == DELIM.join(TARGET + ["tail one", "tail two"])
+    assert models.calls["draft"] > len(result.round_log)  # some windows were drafted in vain and redrafted
+
+
+def test_tree_first_accepted_candidate_wins():
+    draft = ["we add 2 and 3", "that gives 6", "so the answer is \\boxed{5}"]
+    judge = ScriptedJudge(accept_words={"v2"})  # only the third candidate at each position is accepted
+    result = SyncEngine(LookaheadConfig(depth=2, width=3), ScriptedModels(TARGET, draft), FastPathVerifier(judge)).run("q")
+    first = result.round_log[0]
+    kept = [s.text for s in first.kept]
+    assert kept[0] == TARGET[0] + DELIM  # identical candidate: exact fast path
+    assert kept[1] == "that gives 6 v2" + DELIM  # the accepted candidate at position 2
+    assert first.accepted == 2
+
+
+def test_tree_drafting_samples_even_with_greedy_draft_settings():
+    assert LookaheadConfig(width=2).draft_sampling.temperature == 0.8
+    assert LookaheadConfig(width=1).draft_sampling.temperature == 0.0
+
+
+def _record(depth, accepted, positions, draft_s=0.01, target_s=0.1, judge_s=0.01):
+    from lookahead_reasoning.runtime.results import RoundRecord
+
+    return RoundRecord(index=0, depth=depth, judged=[], accepted=accepted, positions=positions, kept=[],
+                       finished=False, started=0.0, draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=0.2)
+
+
+def test_adaptive_depth_follows_alpha_and_falls_back_to_ar():
+    from lookahead_reasoning.eval.theory import best_depth
+    from lookahead_reasoning.runtime.depth import AdaptiveDepth
+
+    policy = AdaptiveDepth("sync", initial=4, max_depth=8)
+    assert policy.next_depth() == 4  # nothing measured yet
+    for _ in range(20):
+        policy.observe(_record(4, 4, 4, draft_s=0.02), drafted_levels=4)  # α → 1, c = 0.05
+    high = policy.next_depth()
+    assert high == best_depth("sync", policy.alpha, policy.c, policy.judge)[0] >= 4
+    for _ in range(20):
+        policy.observe(_record(4, 0, 1, draft_s=0.4, judge_s=0.1), drafted_levels=4)  # α → 0, c = 1
+    depths = [policy.next_depth() for _ in range(12)]
+    assert depths.count(0) >= 10 and 1 in depths  # plain AR, with an occasional probe
+
+
+def test_adaptive_engine_run_is_correct():
+    config = LookaheadConfig(depth=2, adaptive_depth=True)
+    result = SyncEngine(config, ScriptedModels(TARGET * 3), FastPathVerifier(ScriptedJudge())).run("q")
+    assert result.text == DELIM.join(TARGET * 3)

@@ -110,6 +110,18 @@ def test_exact_verification_reproduces_the_target_alone(reasoner):
     assert lr.text == ar.text == "We add two and three\n\nHence \\boxed{5}"
 
 
+@pytest.mark.parametrize("engine", ["sync", "async"])
+def test_async_and_tree_engines_on_the_real_server(reasoner, engine):
+    from lookahead_reasoning.runtime.engine import make_engine
+
+    conn = reasoner.connection
+    config = LookaheadConfig(depth=2, width=2, engine=engine, seed=1, max_tokens=64)
+    samples = conn.models.sample([conn.models.prompt(QUESTION)], 2)
+    assert len(samples) == 1 and len(samples[0]) == 2  # two sampled candidates from one fork
+    lr = make_engine(config, conn.models, ExactMatchVerifier()).run(QUESTION)
+    assert lr.text == reasoner.baseline(QUESTION).text
+
+
 def test_composition_inside_a_larger_sglang_program(reasoner, tiny_endpoints):
     import sglang as sgl
 

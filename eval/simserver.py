@@ -1,0 +1,345 @@
+"""A simulated SGLang server: the HTTP API our programs use, with GPU-like timing.
+
+A CPU cannot show a GPU's latency structure (a batch of γ decodes costs about as much
+as one), so scheduler benchmarks run the real runtime and programs, over real HTTP,
+against this server. It speaks the part of SGLang's API that the frontend's
+`RuntimeEndpoint` uses: `/generate` (single or batched `text`, the prefix commit with
+`max_new_tokens` 0, stop strings and SGLang's `finish_reason` shapes, regex-constrained
+yes/no answers with `output_top_logprobs`, `input_token_logprobs` for `select`),
+`/model_info`, `/get_model_info`, `/flush_cache` and `/health`.
+
+Timing (the latency model): a request first waits `prefill_ms` per prompt token not
+in the prefix cache (a token trie, so `cached_tokens` is real), then joins a shared
+decode loop in which every tick emits one token for each active request and lasts
+`decode_ms * (1 + batch_slope * (active - 1))`. With `batch_slope` 0 a batch costs
+what one request costs, the GPU regime the theory assumes.
+
+Text: "tokens" are words. After the assistant turn begins, the reasoning is a fixed
+sequence of `steps` steps of `step_tokens` tokens separated by "\\n\\n"; the last ends
+with EOS. The step index is the number of delimiters already in the assistant's text,
+so a capped step continues where it stopped. A draft server writes other words than
+a target server, and a draft request with a `sampling_seed` writes a variant of its
+own, so tree candidates differ. A judge request (one with a regex) answers yes with
+probability α(step), decided by a hash of the seed and the prompt: deterministic.
+
+Faults: POST /sim/fault {"mode": "fail"} answers every request with HTTP 500,
+{"mode": "stall"} never answers, {"mode": "ok"} heals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DELIM = "\n\n"
+ASSISTANT = "<|im_start|>assistant\n"
+EOS_ID = 2
+_TOKEN = re.compile(r"\n\n|[^ \n]+ ?|\s")
+_STEP_INDEX = re.compile(r"\bs(\d+)-")
+
+
+def tokenize(text: str) -> list[str]:
+    return _TOKEN.findall(text)
+
+
+def _unit(*parts: object) -> float:
+    """A deterministic number in [0, 1) from the parts."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+class SimConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["draft", "target", "judge"]
+    decode_ms: float = Field(10.0, gt=0, description="per-token decode time at batch size 1")
+    batch_slope: float = Field(0.0, ge=0, description="relative extra decode time per extra concurrent request")
+    prefill_ms: float = Field(0.0, ge=0, description="per uncached prompt token")
+    step_tokens: int = Field(10, ge=2)
+    steps: int = Field(12, ge=1, description="steps until EOS")
+    alpha: float = Field(0.6, gt=0, lt=1, description="judge acceptance probability")
+    alpha_schedule: list[tuple[int, float]] = Field(
+        default_factory=list, description="(from step, α) pairs that override alpha from that step on"
+    )
+    seed: int = 0
+
+    @field_validator("alpha_schedule")
+    @classmethod
+    def _alphas(cls, schedule):
+        for start, alpha in schedule:
+            if start < 0 or not 0 < alpha < 1:
+                raise ValueError(f"bad schedule entry ({start}, {alpha}): need step >= 0 and 0 < α < 1")
+        return sorted(schedule)
+
+    def alpha_at(self, step: int) -> float:
+        alpha = self.alpha
+        for start, value in self.alpha_schedule:
+            if step >= start:
+                alpha = value
+        return alpha
+
+
+class _Trie:
+    def __init__(self):
+        self.root: dict = {}
+
+    def match(self, tokens: list[str]) -> int:
+        node, n = self.root, 0
+        for tok in tokens:
+            node = node.get(tok)
+            if node is None:
+                break
+            n += 1
+        return n
+
+    def insert(self, tokens: list[str]) -> None:
+        node = self.root
+        for tok in tokens:
+            node = node.setdefault(tok, {})
+
+
+class _DecodeLoop:
+    """Continuous batching: each tick emits one token per active request."""
+
+    def __init__(self, decode_s: float, slope: float):
+        self.decode_s, self.slope = decode_s, slope
+        self.active: list[list] = []  # [tokens left, future]
+        self.task: asyncio.Task | None = None
+        self.batch_sizes: list[int] = []
+
+    async def decode(self, tokens: int) -> None:
+        if tokens <= 0:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self.active.append([tokens, future])
+        if self.task is None or self.task.done():
+            self.task = asyncio.create_task(self._run())
+        await future
+
+    async def _run(self) -> None:
+        deadline = time.perf_counter()
+        while self.active:
+            batch = len(self.active)
+            self.batch_sizes.append(batch)
+            deadline += self.decode_s * (1.0 + self.slope * (batch - 1))
+            await asyncio.sleep(max(0.0, deadline - time.perf_counter()))
+            for entry in list(self.active):
+                entry[0] -= 1
+                if entry[0] == 0:
+                    self.active.remove(entry)
+                    if not entry[1].done():
+                        entry[1].set_result(None)
+            deadline = max(deadline, time.perf_counter() - self.decode_s)  # no catch-up bursts after a stall
+
+
+@dataclass
+class SimState:
+    config: SimConfig
+    trie: _Trie = field(default_factory=_Trie)
+    fault: str = "ok"
+    requests: int = 0
+    loop: _DecodeLoop | None = None
+
+
+class SimEngine:
+    """Request handling, separate from HTTP so it can be tested directly."""
+
+    def __init__(self, config: SimConfig):
+        self.state = SimState(config)
+        self.state.loop = _DecodeLoop(config.decode_ms / 1000.0, config.batch_slope)
+
+    # --- text model -------------------------------------------------------------------
+
+    def _step_tokens(self, index: int, variant: int | None) -> list[str]:
+        c = self.state.config
+        tag = "t" if c.role != "draft" else f"d{variant or 0}"
+        words = [f"s{index}-{tag} "] + [f"w{n}-{tag} " for n in range(c.step_tokens - 2)] + [f"end{index}."]
+        return words
+
+    def _stream(self, prompt: str, variant: int | None) -> tuple[list[str], bool]:
+        """The tokens that follow the prompt up to EOS, and whether the answer has begun."""
+        c = self.state.config
+        start = prompt.rfind(ASSISTANT)
+        answer = prompt[start + len(ASSISTANT):] if start >= 0 else prompt
+        index = answer.count(DELIM)
+        written = len(tokenize(answer.rsplit(DELIM, 1)[-1])) if answer else 0
+        out: list[str] = []
+        for i in range(index, c.steps):
+            step = self._step_tokens(i, variant)
+            out += step[written:] if i == index else step
+            written = 0
+            if i < c.steps - 1:
+                out.append(DELIM)
+        return out, start >= 0
+
+    # --- requests -----------------------------------------------------------------------
+
+    async def generate(self, body: dict) -> dict | list:
+        text = body.get("text")
+        if isinstance(text, list):
+            return list(await asyncio.gather(*(self._one({**body, "text": t}) for t in text)))
+        return await self._one(body)
+
+    async def _one(self, body: dict) -> dict:
+        s = self.state
+        s.requests += 1
+        params = body.get("sampling_params") or {}
+        prompt = body.get("text") or ""
+        prompt_tokens = tokenize(prompt)
+        cached = min(s.trie.match(prompt_tokens), max(0, len(prompt_tokens) - 1))
+        await asyncio.sleep(s.config.prefill_ms / 1000.0 * (len(prompt_tokens) - cached))
+        max_new = params.get("max_new_tokens")
+        max_new = 128 if max_new is None else int(max_new)
+        logprob_fields: dict = {}
+        if max_new == 0:
+            out_tokens, reason = [], {"type": "length", "length": 0}
+        elif params.get("regex"):
+            out_tokens, reason, logprob_fields = self._judge(prompt)
+        else:
+            out_tokens, reason = self._continue(prompt, params, max_new)
+        await s.loop.decode(len(out_tokens) if reason.get("matched") != EOS_ID else len(out_tokens) + 1)
+        s.trie.insert(prompt_tokens + out_tokens)
+        meta = {
+            "id": f"sim-{s.requests}",
+            "finish_reason": reason,
+            "prompt_tokens": len(prompt_tokens),
+            "completion_tokens": len(out_tokens) + (1 if reason.get("matched") == EOS_ID else 0),
+            "cached_tokens": cached,
+        }
+        if body.get("return_logprob"):
+            start = int(body.get("logprob_start_len") or 0)
+            meta["input_token_logprobs"] = [
+                [None if i == 0 else -0.1 - 2 * _unit("lp", tok), hash(tok) % 50000, tok]
+                for i, tok in enumerate(prompt_tokens[start:])
+            ]
+            meta.setdefault("output_token_logprobs", [])
+            meta.update(logprob_fields)
+        return {"text": "".join(out_tokens), "meta_info": meta}
+
+    def _continue(self, prompt: str, params: dict, max_new: int) -> tuple[list[str], dict]:
+        stops = params.get("stop") or []
+        stops = [stops] if isinstance(stops, str) else list(stops)
+        seed = params.get("sampling_seed")
+        stream, _ = self._stream(prompt, seed if params.get("temperature") else None)
+        out: list[str] = []
+        for tok in stream:
+            if len(out) == max_new:
+                return out, {"type": "length", "length": max_new}
+            if tok in stops:
+                return out, {"type": "stop", "matched": tok}
+            out.append(tok)
+        if len(out) == max_new and stream:
+            return out, {"type": "length", "length": max_new}
+        return out, {"type": "stop", "matched": EOS_ID}
+
+    def _judge(self, prompt: str) -> tuple[list[str], dict, dict]:
+        c = self.state.config
+        found = _STEP_INDEX.search(prompt[prompt.rfind("Step A:"):]) if "Step A:" in prompt else None
+        alpha = c.alpha_at(int(found.group(1)) if found else 0)
+        accept = _unit(c.seed, prompt) < alpha
+        p_yes = 0.95 if accept else 0.05
+        top = [[math.log(p_yes), 9001, "yes"], [math.log(1 - p_yes), 9002, "no"]]
+        answer = "yes" if accept else "no"
+        fields = {
+            "output_top_logprobs": [top],
+            "output_token_logprobs": [[math.log(max(p_yes, 1 - p_yes)), 9001 if accept else 9002, answer]],
+        }
+        return [answer], {"type": "stop", "matched": EOS_ID}, fields
+
+
+def build_app(engine: SimEngine) -> FastAPI:
+    app = FastAPI(title=f"lookahead-sim ({engine.state.config.role})")
+    info = {"model_path": f"lookahead-sim-{engine.state.config.role}", "is_generation": True}
+
+    async def guard():
+        if engine.state.fault == "fail":
+            return JSONResponse({"error": {"message": "simulated failure"}}, status_code=500)
+        if engine.state.fault == "stall":
+            while engine.state.fault == "stall":
+                await asyncio.sleep(0.05)
+        return None
+
+    @app.get("/model_info")
+    @app.get("/get_model_info")
+    async def model_info():
+        return (await guard()) or info
+
+    @app.get("/health")
+    async def health():
+        return (await guard()) or {}
+
+    @app.post("/flush_cache")
+    async def flush_cache():
+        engine.state.trie = _Trie()
+        return {}
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        return (await guard()) or await engine.generate(await request.json())
+
+    @app.post("/sim/fault")
+    async def fault(request: Request):
+        mode = (await request.json()).get("mode")
+        if mode not in ("ok", "fail", "stall"):
+            return JSONResponse({"error": {"message": "mode must be ok, fail or stall"}}, status_code=400)
+        engine.state.fault = mode
+        return {"mode": mode}
+
+    @app.get("/sim/stats")
+    async def stats():
+        sizes = engine.state.loop.batch_sizes
+        return {"requests": engine.state.requests, "ticks": len(sizes), "max_batch": max(sizes, default=0)}
+
+    return app
+
+
+class SimServerThread:
+    """A simulated server on 127.0.0.1 in a background thread (for tests)."""
+
+    def __init__(self, config: SimConfig, port: int = 0):
+        import socket
+
+        import uvicorn
+
+        if port == 0:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.engine = SimEngine(config)
+        self.server = uvicorn.Server(
+            uvicorn.Config(build_app(self.engine), host="127.0.0.1", port=port, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> SimServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("simulated server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.engine.state.fault = "ok"  # release stalled handlers
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def serve(config: SimConfig, port: int) -> None:
+    """Run a simulated server in the foreground (the `lookahead simserver` command)."""
+    import uvicorn
+
+    uvicorn.run(build_app(SimEngine(config)), host="127.0.0.1", port=port, log_level="warning")

@@ -1,0 +1,90 @@
+"""How many steps to draft each round: a fixed γ, or γ chosen from what the run measures.
+
+The adaptive policy keeps running estimates of α (per-position acceptance, with a
+Beta(1, 1) prior and exponential forgetting so it follows a change of regime), of
+c (draft time per drafted level / target time per round) and of the judge's cost j
+(judge time / target time), and picks the γ that maximizes the engine's theoretical
+speedup (eval/theory.py). When no γ beats plain AR it drafts nothing, and every
+`probe_every` such rounds it drafts one step to refresh the estimates.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from lookahead_reasoning.eval.theory import best_depth
+from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.results import RoundRecord
+
+
+class DepthPolicy(Protocol):
+    def next_depth(self) -> int: ...
+
+    def peek_depth(self) -> int: ...
+
+    def observe(self, record: RoundRecord, drafted_levels: int) -> None: ...
+
+
+class FixedDepth:
+    def __init__(self, depth: int):
+        self.depth = depth
+
+    def next_depth(self) -> int:
+        return self.depth
+
+    def peek_depth(self) -> int:
+        return self.depth
+
+    def observe(self, record: RoundRecord, drafted_levels: int) -> None:
+        pass
+
+
+class AdaptiveDepth:
+    def __init__(self, mode: str, initial: int, max_depth: int, forget: float = 0.8, probe_every: int = 6):
+        self.mode = mode
+        self.initial = initial
+        self.max_depth = max_depth
+        self.forget = forget
+        self.probe_every = probe_every
+        self.accepted = 0.0
+        self.rejected = 0.0
+        self.c: float | None = None
+        self.judge = 0.0
+        self.ar_rounds = 0
+
+    @property
+    def alpha(self) -> float:
+        return (self.accepted + 1.0) / (self.accepted + self.rejected + 2.0)
+
+    def _choice(self) -> int:
+        if self.c is None:
+            return self.initial
+        return best_depth(self.mode, min(self.alpha, 0.999), max(self.c, 1e-3), self.judge, self.max_depth)[0]
+
+    def peek_depth(self) -> int:
+        return self._choice() or 1
+
+    def next_depth(self) -> int:
+        depth = self._choice()
+        if depth == 0:
+            self.ar_rounds += 1
+            if self.ar_rounds % self.probe_every == 0:
+                return 1
+        return depth
+
+    def observe(self, record: RoundRecord, drafted_levels: int) -> None:
+        if record.positions == 0:
+            return
+        self.accepted = self.forget * self.accepted + record.accepted
+        self.rejected = self.forget * self.rejected + (record.positions - record.accepted)
+        if drafted_levels and record.target_s > 0:
+            c = record.draft_s / drafted_levels / record.target_s
+            j = record.judge_s / record.target_s
+            self.c = c if self.c is None else 0.7 * self.c + 0.3 * c
+            self.judge = 0.7 * self.judge + 0.3 * j
+
+
+def make_depth_policy(config: LookaheadConfig, mode: str) -> DepthPolicy:
+    if config.adaptive_depth:
+        return AdaptiveDepth(mode, config.depth, config.max_depth)
+    return FixedDepth(config.depth)

@@ -1,0 +1,121 @@
+"""Draft trees and their verification, shared by the sync and async engines.
+
+A draft of width W and depth γ is a tree: W candidate steps after the prefix, W after
+each complete candidate, and so on to depth γ (W = 1 is a chain). Verification:
+
+- the target writes one step after every distinct prefix that needs one (the root and
+  every complete node that has children; with `bonus`, complete leaves too), all in one
+  fork, so each distinct prefix is prefilled once;
+- the verifier judges every node against the target's step after the node's parent;
+- the walk starts at the root and moves to the first child (in order) that was
+  accepted and ended the way the target's step did; it stops where no child is;
+- kept: the steps on the walked path, then the target's step after the path's end
+  (always where a rejection stopped the walk; at a leaf only with `bonus`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lookahead_reasoning.programs.steps import StepOutput
+from lookahead_reasoning.runtime.results import StepRecord
+from lookahead_reasoning.verifiers.base import Verdict
+
+ROOT = -1
+
+
+@dataclass(frozen=True)
+class Node:
+    step: StepOutput
+    parent: int  # index of the parent node, ROOT for the first level
+    path: str  # text of the steps from the root to this node, inclusive
+    depth: int  # 1 for the first level
+
+
+@dataclass
+class DraftTree:
+    nodes: list[Node]
+
+    def children(self, parent: int) -> list[int]:
+        return [i for i, n in enumerate(self.nodes) if n.parent == parent]
+
+    def optimistic_path(self) -> list[int]:
+        """First child at every level: the path the walk takes if everything is accepted."""
+        path, cur = [], ROOT
+        while kids := self.children(cur):
+            cur = kids[0]
+            path.append(cur)
+        return path
+
+    def text_of(self, path: list[int]) -> str:
+        return self.nodes[path[-1]].path if path else ""
+
+    @classmethod
+    def chain(cls, steps: list[StepOutput]) -> DraftTree:
+        nodes, text = [], ""
+        for i, step in enumerate(steps):
+            text += step.text
+            nodes.append(Node(step, i - 1 if i else ROOT, text, i + 1))
+        return cls(nodes)
+
+
+def draft_tree(models, prefix: str, depth: int, width: int, cap: int) -> DraftTree:
+    """Draft a chain (width 1, one program of γ sequential steps) or a tree level by level."""
+    if width == 1:
+        return DraftTree.chain(models.draft(prefix, depth, cap))
+    nodes: list[Node] = []
+    frontier = [(ROOT, "")]
+    for level in range(1, depth + 1):
+        if not frontier:
+            break
+        candidates = models.sample([prefix + text for _, text in frontier], width, cap)
+        next_frontier = []
+        for (parent, text), steps in zip(frontier, candidates):
+            seen: set[str] = set()
+            for step in sorted(steps, key=lambda s: s.text):  # the order of samples is not reproducible
+                if step.text in seen:
+                    continue
+                seen.add(step.text)
+                nodes.append(Node(step, parent, text + step.text, level))
+                if step.complete:
+                    next_frontier.append((len(nodes) - 1, text + step.text))
+        frontier = next_frontier
+    return DraftTree(nodes)
+
+
+def target_branches(tree: DraftTree, bonus: bool) -> list[int]:
+    """Nodes after which the target writes a step (ROOT first)."""
+    parents = {n.parent for n in tree.nodes}
+    return [ROOT] + [
+        i for i, n in enumerate(tree.nodes) if n.step.complete and (i in parents or bonus)
+    ]
+
+
+def walk(tree: DraftTree, verdicts: list[Verdict], target_after: dict[int, StepOutput]) -> list[int]:
+    path, cur = [], ROOT
+    while cur in target_after:
+        expected = target_after[cur]
+        nxt = next(
+            (i for i in tree.children(cur) if verdicts[i].accept and tree.nodes[i].step.ending == expected.ending),
+            None,
+        )
+        if nxt is None:
+            break
+        path.append(nxt)
+        cur = nxt
+    return path
+
+
+def kept_steps(
+    tree: DraftTree, verdicts: list[Verdict], path: list[int], target_after: dict[int, StepOutput], round_index: int
+) -> tuple[list[StepRecord], list[StepOutput]]:
+    records = [
+        StepRecord(text=tree.nodes[i].step.text, source="draft", judge_p_yes=verdicts[i].score, round=round_index)
+        for i in path
+    ]
+    outputs = [tree.nodes[i].step for i in path]
+    end = path[-1] if path else ROOT
+    if end in target_after:
+        records.append(StepRecord(text=target_after[end].text, source="target", round=round_index))
+        outputs.append(target_after[end])
+    return records, outputs

@@ -1,0 +1,152 @@
+"""The simulated SGLang server: its protocol through SGLang's own RuntimeEndpoint, and
+the real programs and engines running against it unchanged."""
+
+import pytest
+import requests
+import sglang as sgl
+from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint
+
+from lookahead_reasoning.eval.simserver import SimConfig, SimServerThread
+from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.engine import AsyncEngine, SyncEngine
+from lookahead_reasoning.runtime.errors import ServerFailure
+from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
+from lookahead_reasoning.verifiers import ExactMatchVerifier
+
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def sims():
+    configs = [
+        SimConfig(role="draft", decode_ms=0.5, steps=STEPS, step_tokens=6),
+        SimConfig(role="target", decode_ms=2.0, steps=STEPS, step_tokens=6),
+        SimConfig(role="judge", decode_ms=1.0, alpha=0.5, seed=7),
+    ]
+    with SimServerThread(configs[0]) as d, SimServerThread(configs[1]) as t, SimServerThread(configs[2]) as j:
+        yield {"draft": d, "target": t, "judge": j}
+
+
+@pytest.fixture(autouse=True)
+def healthy(sims):
+    yield
+    for sim in sims.values():
+        sim.engine.state.fault = "ok"
+
+
+def endpoints(sims) -> Endpoints:
+    return Endpoints(**{r: Endpoint(url=s.url, chat_template="chatml") for r, s in sims.items()})
+
+
+def test_protocol_through_sglang_runtime_endpoint(sims):
+    backend = RuntimeEndpoint(sims["target"].url)
+    assert backend.get_model_name() == "lookahead-sim-target"
+
+    @sgl.function
+    def program(s):
+        s += "<|im_start|>assistant\n"
+        s += sgl.gen("step", max_tokens=50, stop="\n\n")
+        forks = s.fork(2)
+        for f in forks:
+            f += "\n\n"
+            f += sgl.gen("next", max_tokens=3)
+        forks.join()
+        s += sgl.gen("pick", choices=["alpha", "beta"])
+
+    state = program.run(backend=backend)
+    assert state["step"].startswith("s0-t ")
+    assert state.get_meta_info("step")["finish_reason"] == {"type": "stop", "matched": "\n\n"}
+    metas = [m for m in state.get_var("next")]
+    assert len(metas) == 2
+    assert state["pick"] in ("alpha", "beta")
+
+
+def test_batched_text_commit_eos_and_cache(sims):
+    url = sims["target"].url
+    requests.post(url + "/flush_cache")
+    prompt = "<|im_start|>assistant\n"
+    commit = requests.post(url + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 0}}).json()
+    assert commit["text"] == "" and commit["meta_info"]["completion_tokens"] == 0
+    batch = requests.post(
+        url + "/generate",
+        json={"text": [prompt, prompt + "x "], "sampling_params": {"max_new_tokens": 1000}},
+    ).json()
+    assert isinstance(batch, list) and len(batch) == 2
+    whole = batch[0]
+    assert whole["text"].count("\n\n") == STEPS - 1  # no stop string: the whole reasoning, then EOS
+    assert whole["meta_info"]["finish_reason"] == {"type": "stop", "matched": 2}
+    assert whole["meta_info"]["cached_tokens"] > 0
+    capped = requests.post(url + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 3}}).json()
+    assert capped["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
+
+
+def test_judge_is_deterministic_and_answers_yes_or_no(sims):
+    from lookahead_reasoning.programs import LookaheadEndpoint, judge_pairs
+
+    backend = LookaheadEndpoint(sims["judge"].url, chat_template="chatml")
+    pairs = [(f"s{i}-t w", f"s{i}-d0 w") for i in range(40)]
+    first, again = judge_pairs(backend, pairs), judge_pairs(backend, pairs)
+    assert [a.answer for a in first] == [a.answer for a in again]
+    assert {a.answer for a in first} == {"yes", "no"}
+    assert 0.3 < sum(a.answer == "yes" for a in first) / len(first) < 0.7  # α = 0.5
+    assert all(a.p_yes in (pytest.approx(0.95), pytest.approx(0.05)) for a in first)
+
+
+@pytest.mark.parametrize("engine_class", [SyncEngine, AsyncEngine])
+@pytest.mark.parametrize("width", [1, 2])
+def test_engines_are_lossless_against_the_simulator(sims, engine_class, width):
+    reasoner = LookaheadReasoner(endpoints(sims), LookaheadConfig(depth=3, width=width, seed=3, max_tokens=500))
+    conn = reasoner.connection
+    result = engine_class(reasoner.config, conn.models, ExactMatchVerifier()).run("q")
+    assert result.text == reasoner.baseline("q").text
+    assert result.stats.finish == "eos" and result.text.count("\n\n") == STEPS - 1
+
+
+@pytest.mark.parametrize("engine", ["sync", "async"])
+@pytest.mark.parametrize("width", [1, 2])
+def test_engines_with_the_judge_keep_a_consistent_trace(sims, engine, width):
+    config = LookaheadConfig(depth=2, width=width, engine=engine, seed=3, max_tokens=500)
+    result = LookaheadReasoner(endpoints(sims), config).run("q")
+    assert result.stats.finish == "eos"
+    assert result.text.count("\n\n") == STEPS - 1  # every position is filled exactly once
+    for i, step in enumerate(result.steps):
+        assert step.text.startswith(f"s{i}-")
+        if step.source == "draft":
+            assert step.judge_p_yes == pytest.approx(0.95)  # kept only on a yes
+    assert 0 < result.stats.draft_steps_accepted <= result.stats.draft_steps_judged
+
+
+def test_a_failing_draft_server_degrades_to_the_target(sims):
+    reasoner = LookaheadReasoner(endpoints(sims), LookaheadConfig(depth=2, max_tokens=500))
+    sims["draft"].engine.state.fault = "fail"
+    result = reasoner.run("q")
+    assert result.text == reasoner.baseline("q").text
+    assert "draft failed" in result.stats.degraded[0] and "500" in result.stats.degraded[0]
+
+
+def test_a_stalled_judge_times_out_and_drafts_are_rejected(sims):
+    reasoner = LookaheadReasoner(endpoints(sims), LookaheadConfig(depth=2, max_tokens=500, request_timeout_s=1.0))
+    sims["judge"].engine.state.fault = "stall"
+    result = reasoner.run("q")
+    assert "verifier failed" in result.stats.degraded[0] and "did not answer" in result.stats.degraded[0]
+    assert all(s.source == "target" or s.judge_p_yes == 1.0 for s in result.steps)  # only exact matches kept
+    sims["judge"].engine.state.fault = "ok"
+    assert result.text == reasoner.baseline("q").text
+
+
+@pytest.mark.parametrize("engine", ["sync", "async"])
+def test_a_failing_target_is_an_error_not_an_answer(sims, engine):
+    reasoner = LookaheadReasoner(endpoints(sims), LookaheadConfig(depth=2, engine=engine))
+    sims["target"].engine.state.fault = "fail"
+    with pytest.raises(ServerFailure, match="target server failed"):
+        reasoner.run("q")
+
+
+def test_bad_simulator_settings_are_rejected():
+    with pytest.raises(ValueError):
+        SimConfig(role="judge", alpha=1.5)
+    with pytest.raises(ValueError):
+        SimConfig(role="draft", decode_ms=0)
+    with pytest.raises(ValueError):
+        SimConfig(role="judge", alpha_schedule=[(3, 0.0)])
