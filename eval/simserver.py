@@ -158,6 +158,12 @@ class SimEngine:
         self.state = SimState(config)
         self.state.loop = _DecodeLoop(config.decode_ms / 1000.0, config.batch_slope)
 
+    def reconfigure(self, config: SimConfig) -> None:
+        self.state.config = config
+        self.state.loop.decode_s = config.decode_ms / 1000.0
+        self.state.loop.slope = config.batch_slope
+        self.state.trie = _Trie()
+
     # --- text model -------------------------------------------------------------------
 
     def _step_tokens(self, index: int, variant: int | None) -> list[str]:
@@ -207,7 +213,8 @@ class SimEngine:
             out_tokens, reason, logprob_fields = self._judge(prompt)
         else:
             out_tokens, reason = self._continue(prompt, params, max_new)
-        await s.loop.decode(len(out_tokens) if reason.get("matched") != EOS_ID else len(out_tokens) + 1)
+        # EOS and a matched stop string are generated (then dropped) like any token: one tick each
+        await s.loop.decode(len(out_tokens) + (1 if reason.get("type") == "stop" else 0))
         s.trie.insert(prompt_tokens + out_tokens)
         meta = {
             "id": f"sim-{s.requests}",
@@ -294,6 +301,18 @@ def build_app(engine: SimEngine) -> FastAPI:
             return JSONResponse({"error": {"message": "mode must be ok, fail or stall"}}, status_code=400)
         engine.state.fault = mode
         return {"mode": mode}
+
+    @app.post("/sim/config")
+    async def reconfigure(request: Request):
+        """Replace settings (the role stays); the benchmark moves between grid points this way."""
+        update = await request.json()
+        update.pop("role", None)
+        try:
+            config = SimConfig.model_validate({**engine.state.config.model_dump(), **update})
+        except ValueError as error:
+            return JSONResponse({"error": {"message": str(error)}}, status_code=400)
+        engine.reconfigure(config)
+        return config.model_dump()
 
     @app.get("/sim/stats")
     async def stats():

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import Counter
 
 import requests
+import requests.adapters
 from sglang.lang.backend.base_backend import BaseBackend
 from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint
 from sglang.lang.chat_template import get_chat_template, get_chat_template_by_model_path
@@ -44,6 +46,11 @@ class LookaheadEndpoint(RuntimeEndpoint):
         self._seen: Counter[str] = Counter()
         self._seen_lock = threading.Lock()
         self._session = requests.Session()
+        # branches, judge pairs and tree candidates run as concurrent requests on this session
+        self._session.mount("http://", requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=256))
+        self._session.mount("https://", requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=256))
+        # (start, end) perf_counter times of every request, when a benchmark asks for them
+        self.request_log: list[tuple[float, float]] | None = None
         self.model_info = self._request("GET", "/model_info")
         self.chat_template = (
             get_chat_template(chat_template)
@@ -54,8 +61,11 @@ class LookaheadEndpoint(RuntimeEndpoint):
     def _request(self, method: str, path: str, payload: dict | None = None):
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = self.base_url + path
+        started = time.perf_counter()
         try:
             res = self._session.request(method, url, json=payload, headers=headers, timeout=self.timeout_s)
+            if self.request_log is not None:
+                self.request_log.append((started, time.perf_counter()))
         except requests.Timeout:
             raise BackendError(f"{url} did not answer within {self.timeout_s:g} s") from None
         except requests.ConnectionError:

@@ -208,6 +208,97 @@ def demo(
     err.print(f"demo finished in {time.perf_counter() - started:.0f} s")
 
 
+def _floats(text: str, name: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise LookaheadError(f"--{name} takes comma-separated numbers, got {text!r}") from None
+
+
+@app.command()
+def bench(
+    sim: bool = typer.Option(False, "--sim", help="on simulated servers with GPU-like timing (the only mode so far)"),
+    quick: bool = typer.Option(False, "--quick", help="a small subset of the grid (a few minutes)"),
+    alphas: Optional[str] = typer.Option(None, help="α values, e.g. 0.4,0.6,0.8"),
+    cs: Optional[str] = typer.Option(None, help="c values, e.g. 0.05,0.1,0.25"),
+    depths: Optional[str] = typer.Option(None, help="γ values and/or 'adaptive', e.g. 1,2,4,adaptive"),
+    widths: Optional[str] = typer.Option(None, help="W values, e.g. 1,2,4"),
+    engines: Optional[str] = typer.Option(None, help="sync,async"),
+    problems: int = typer.Option(2, help="simulated problems per point"),
+    as_json: bool = typer.Option(False, "--json", help="print the points as one JSON object"),
+    out: Optional[Path] = typer.Option(None, help="write bench.json, bench.md and PNG plots here"),
+):
+    """Measure the engines' speedup against the theory (DESIGN §7, §10)."""
+    from lookahead_reasoning.eval.bench import Grid, LatencyModel, alpha_shift_check, markdown_table, run_grid, write_report
+
+    if not sim:
+        raise LookaheadError("only `lookahead bench --sim` exists so far")
+    grid = Grid.quick() if quick else Grid()
+    overrides = {}
+    if alphas:
+        overrides["alphas"] = _floats(alphas, "alphas")
+    if cs:
+        overrides["cs"] = _floats(cs, "cs")
+    if widths:
+        overrides["widths"] = [int(w) for w in _floats(widths, "widths")]
+    if engines:
+        overrides["engines"] = [e.strip() for e in engines.split(",")]
+    if depths:
+        overrides["depths"] = [d.strip() for d in depths.split(",")]
+    try:
+        grid = Grid.model_validate({**grid.model_dump(), **overrides})
+        latency = LatencyModel(problems=problems)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        raise LookaheadError(f"invalid {'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
+    total = len(grid.alphas) * len(grid.cs) * len(grid.depths) * len(grid.engines) * len(grid.widths)
+    from rich.progress import Progress
+
+    with Progress(console=err) as bar:
+        task = bar.add_task("bench points", total=total)
+        points = run_grid(grid, latency, progress=lambda p: bar.advance(task))
+        bar.update(task, description="α drop halfway: adaptive vs fixed γ")
+        shift = alpha_shift_check(latency)
+    extra = {"alpha_shift": shift, "latency_model": latency.model_dump(), "judge_cost_j": latency.judge_cost()}
+    if out:
+        write_report(points, out, extra)
+        err.print(f"report written to {out}")
+    if as_json:
+        print(json.dumps({"points": [p.model_dump(include={
+            "alpha", "c", "depth", "width", "engine", "measured_speedup", "theory_speedup", "ratio",
+            "overhead_ms_per_round", "prefix_hit_ratio"}) for p in points], **extra}))
+    else:
+        print(markdown_table(points))
+        print(f"α 0.9 → 0.2 halfway (c = 0.1): speedup fixed γ=4 {shift['fixed']:.2f}×, adaptive {shift['adaptive']:.2f}×")
+
+
+@app.command()
+def simserver(
+    role: str = typer.Option(..., help="draft, target or judge"),
+    port: int = typer.Option(..., help="port on 127.0.0.1"),
+    decode_ms: float = typer.Option(10.0, help="per-token decode time at batch size 1"),
+    batch_slope: float = typer.Option(0.0, help="relative extra decode time per extra concurrent request"),
+    prefill_ms: float = typer.Option(0.0, help="per uncached prompt token"),
+    step_tokens: int = typer.Option(10, help="tokens per reasoning step"),
+    steps: int = typer.Option(12, help="steps until EOS"),
+    alpha: float = typer.Option(0.6, help="judge acceptance probability"),
+    seed: int = typer.Option(0, help="seed of the judge's decisions"),
+):
+    """Serve a simulated SGLang server (see eval/simserver.py) in the foreground."""
+    from lookahead_reasoning.eval.simserver import SimConfig, serve
+    from lookahead_reasoning.runtime.launcher import port_in_use
+
+    try:
+        config = SimConfig(role=role, decode_ms=decode_ms, batch_slope=batch_slope, prefill_ms=prefill_ms,
+                           step_tokens=step_tokens, steps=steps, alpha=alpha, seed=seed)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        raise LookaheadError(f"invalid {'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
+    if port_in_use(port):
+        raise LookaheadError(f"port {port} is already in use")
+    serve(config, port)
+
+
 def main() -> None:
     warnings.filterwarnings("ignore", message="Error in stream_executor")
     try:

@@ -28,6 +28,7 @@ stays correct, only slower). A failing target server ends the run with ServerFai
 
 from __future__ import annotations
 
+import statistics
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Protocol
@@ -37,6 +38,7 @@ from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.depth import DepthPolicy, make_depth_policy
 from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure, first_line
+from lookahead_reasoning.runtime.pipeline import run_chain_round
 from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, RunStats, StepRecord
 from lookahead_reasoning.runtime.tree import ROOT, DraftTree, draft_tree, kept_steps, target_branches, walk
 from lookahead_reasoning.verifiers.base import Verdict, Verifier
@@ -162,7 +164,7 @@ class Engine:
 
         pairs = [(target_after[n.parent].text, n.step.text) for n in tree.nodes if n.parent in target_after]
         judged_nodes = [i for i, n in enumerate(tree.nodes) if n.parent in target_after]
-        verdict_list = self._judge(run, pairs)
+        verdict_list = self.judge(run, pairs)
         verdicts: list[Verdict] = [Verdict(False, None, "unjudged")] * len(tree.nodes)
         for i, v in zip(judged_nodes, verdict_list):
             verdicts[i] = v
@@ -172,12 +174,8 @@ class Engine:
         kept, outputs = kept_steps(tree, verdicts, path, target_after, len(run.log))
         end = path[-1] if path else ROOT
         positions = len(path) + (1 if end in target_after and tree.children(end) else 0)
-        stats.draft_steps_judged += positions
-        stats.draft_steps_accepted += len(path)
-        stats.output_tokens += sum(max(1, s.completion_tokens) for s in outputs)
-        record = RoundRecord(
-            index=len(run.log),
-            depth=depth,
+        return self._finish_round(
+            run, depth=depth, accepted=len(path), positions=positions, kept=kept, outputs=outputs,
             judged=[
                 JudgedDraft(
                     draft=tree.nodes[i].step.text, target=target_after[tree.nodes[i].parent].text,
@@ -185,15 +183,23 @@ class Engine:
                 )
                 for i in judged_nodes
             ],
-            accepted=len(path),
-            positions=positions,
-            kept=kept,
-            finished=bool(outputs) and outputs[-1].ending == "eos",
-            started=started,
-            draft_s=draft_s,
-            target_s=t2 - t1,
-            judge_s=t3 - t2,
-            wall_s=time.perf_counter() - started,
+            started=started, draft_s=draft_s, target_s=t2 - t1, judge_s=t3 - t2,
+        )
+
+    def _finish_round(
+        self, run: _Run, *, depth: int, accepted: int, positions: int, kept: list[StepRecord],
+        outputs: list[StepOutput], judged: list[JudgedDraft], started: float, draft_s: float,
+        target_s: float, judge_s: float,
+    ) -> RoundRecord:
+        """Count the round, append its kept steps to the run, log it and report it."""
+        stats = run.stats
+        stats.draft_steps_judged += positions
+        stats.draft_steps_accepted += accepted
+        stats.output_tokens += sum(max(1, s.completion_tokens) for s in outputs)
+        record = RoundRecord(
+            index=len(run.log), depth=depth, judged=judged, accepted=accepted, positions=positions, kept=kept,
+            finished=bool(outputs) and outputs[-1].ending == "eos", started=started, draft_s=draft_s,
+            target_s=target_s, judge_s=judge_s, wall_s=time.perf_counter() - started,
         )
         run.log.append(record)
         run.steps.extend(kept)
@@ -202,7 +208,7 @@ class Engine:
             self.on_round(record)
         return record
 
-    def _judge(self, run: _Run, pairs: list[tuple[str, str]]) -> list[Verdict]:
+    def judge(self, run: _Run, pairs: list[tuple[str, str]]) -> list[Verdict]:
         if not pairs:
             return []
         try:
@@ -242,27 +248,54 @@ class SyncEngine(Engine):
                 except Exception as error:
                     run.degrade("draft failed, continuing with target steps only", error)
             record = self._verify_round(run, tree, True, cap, time.perf_counter() - started, started, depth)
-            policy.observe(record, len(tree.nodes))
+            policy.observe(record, max((n.depth for n in tree.nodes), default=0))
             if self._done(run, record):
                 return
 
 
 class AsyncEngine(Engine):
+    """W = 1: step-level pipelining (pipeline.py). W > 1: window pipelining: while a
+    window of candidates is verified, the next window is drafted from the end of its
+    first-candidate path, and kept if that whole path is accepted."""
+
     mode = "async"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lookahead-draft")
+        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lookahead-async")
 
     def _close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _loop(self, run: _Run, policy: DepthPolicy) -> None:
+        if self.config.width == 1:
+            self._loop_steps(run, policy)
+        else:
+            self._loop_windows(run, policy)
+
+    def _loop_steps(self, run: _Run, policy: DepthPolicy) -> None:
+        while True:
+            started = time.perf_counter()
+            depth = policy.next_depth() if run.drafting else 0
+            kept, outputs, judged, pipe, judge_s = run_chain_round(self, run, depth, self._cap(run), self._pool)
+            accepted = sum(1 for k in kept if k.source == "draft")
+            rejected = 1 if kept[-1].source == "target" and judged else 0
+            record = self._finish_round(
+                run, depth=depth, accepted=accepted, positions=accepted + rejected, kept=kept, outputs=outputs,
+                judged=judged, started=started, draft_s=sum(pipe.draft_times),
+                target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
+                judge_s=judge_s / max(1, len(judged)),
+            )
+            policy.observe(record, len(pipe.draft_times))
+            if self._done(run, record):
+                return
 
     def _timed_draft(self, prefix: str, depth: int, cap: int) -> tuple[DraftTree, float]:
         t0 = time.perf_counter()
         tree = self._draft(prefix, depth, cap)
         return tree, time.perf_counter() - t0
 
-    def _loop(self, run: _Run, policy: DepthPolicy) -> None:
+    def _loop_windows(self, run: _Run, policy: DepthPolicy) -> None:
         pending: Future | None = None  # the next window, drafted from the optimistic end
         pending_base = ""
         while True:
@@ -284,7 +317,7 @@ class AsyncEngine(Engine):
                     pending_base = run.prefix + tree.text_of(optimistic)
                     pending = self._pool.submit(self._timed_draft, pending_base, policy.peek_depth(), cap)
             record = self._verify_round(run, tree, False, cap, draft_s, started, depth)
-            policy.observe(record, len(tree.nodes))
+            policy.observe(record, max((n.depth for n in tree.nodes), default=0))
             if self._done(run, record):
                 return
 

@@ -1,0 +1,336 @@
+"""`lookahead bench --sim`: the runtime's scheduling against the theory, on simulated servers.
+
+For every grid point (α, c, γ, engine, W) the real engines and programs run over HTTP
+against three simulated SGLang servers (draft, target, judge; see simserver.py) in
+their own processes. AR is measured once per (α, c) on the same servers and the same
+problems. Reported per point:
+
+- measured_speedup = AR wall time / method wall time (summed over the problems);
+- theory_speedup = eval.theory at the configured c, the latency model's judge cost j,
+  and the α the run realized (accepted / decided draft positions; for W > 1 that is
+  the per-position acceptance of the tree, the theory's effective α). Using the
+  realized α keeps the ratio about the runtime, not about the luck of a few judge draws;
+- ratio = measured / theory;
+- overhead_ms_per_round: median over rounds of the round's wall time not covered by
+  any HTTP request in flight (client-side scheduling and program overhead);
+- prefix_hit_ratio: cached / prompt tokens over the target's branches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Literal, Union
+
+import requests
+from pydantic import BaseModel, Field, field_validator
+
+from lookahead_reasoning.eval import theory
+from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.runtime.launcher import free_port
+from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
+from lookahead_reasoning.runtime.results import LookaheadResult
+
+Depth = Union[int, Literal["adaptive"]]
+JUDGE_TICKS = 2  # a judge answer is one token, then EOS
+
+
+class Grid(BaseModel):
+    alphas: list[float] = [0.4, 0.6, 0.8]
+    cs: list[float] = [0.05, 0.1, 0.25]
+    depths: list[Depth] = [1, 2, 4, 6, "adaptive"]
+    engines: list[Literal["sync", "async"]] = ["sync", "async"]
+    widths: list[int] = [1, 2, 4]
+
+    @field_validator("alphas")
+    @classmethod
+    def _alphas(cls, values):
+        for a in values:
+            if not 0.0 < a < 1.0:
+                raise ValueError(f"α must lie in (0, 1), got {a}")
+        return values
+
+    @field_validator("cs")
+    @classmethod
+    def _cs(cls, values):
+        for c in values:
+            if c <= 0.0:
+                raise ValueError(f"c must be > 0, got {c}")
+        return values
+
+    @field_validator("depths")
+    @classmethod
+    def _depths(cls, values):
+        for d in values:
+            if d != "adaptive" and d < 1:
+                raise ValueError(f"γ must be >= 1 or 'adaptive', got {d}")
+        return values
+
+    @field_validator("widths")
+    @classmethod
+    def _widths(cls, values):
+        for w in values:
+            if w < 1:
+                raise ValueError(f"W must be >= 1, got {w}")
+        return values
+
+    @classmethod
+    def quick(cls) -> Grid:
+        return cls(alphas=[0.6, 0.8], cs=[0.1], depths=[1, 2, 4, "adaptive"], engines=["sync", "async"], widths=[1, 2])
+
+
+class LatencyModel(BaseModel):
+    target_decode_ms: float = Field(8.0, gt=0)
+    judge_decode_ms: float = Field(4.0, gt=0)
+    step_tokens: int = Field(16, ge=2)
+    steps: int = Field(12, ge=2)
+    problems: int = Field(2, ge=1)
+    question_words: int = Field(120, ge=1, description="length of each simulated question")
+
+    def judge_cost(self) -> float:
+        """j: judge time per round / target time per step (one step = step_tokens + the delimiter)."""
+        return JUDGE_TICKS * self.judge_decode_ms / ((self.step_tokens + 1) * self.target_decode_ms)
+
+
+class BenchPoint(BaseModel):
+    alpha: float
+    c: float
+    depth: Depth
+    width: int
+    engine: str
+    measured_speedup: float
+    theory_speedup: float
+    ratio: float
+    overhead_ms_per_round: float
+    prefix_hit_ratio: float | None
+    realized_alpha: float | None
+    ar_s: float
+    method_s: float
+    rounds: int
+
+
+class SimCluster:
+    """Three simulated servers in their own processes; stopped by process group."""
+
+    def __init__(self, latency: LatencyModel, seed: int = 0):
+        self.latency = latency
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.urls: dict[str, str] = {}
+        self.seed = seed
+
+    def __enter__(self) -> SimCluster:
+        try:
+            for role in ("draft", "target", "judge"):
+                port = free_port()
+                self.procs[role] = subprocess.Popen(
+                    [sys.executable, "-m", "lookahead_reasoning.runtime.cli", "simserver", "--role", role,
+                     "--port", str(port)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                )
+                self.urls[role] = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            for role, url in self.urls.items():
+                while True:
+                    try:
+                        if requests.get(url + "/model_info", timeout=2).ok:
+                            break
+                    except requests.RequestException:
+                        pass
+                    if self.procs[role].poll() is not None or time.monotonic() > deadline:
+                        raise LookaheadError(f"simulated {role} server did not start")
+                    time.sleep(0.2)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+    def configure(self, alpha: float, c: float, alpha_schedule: list[tuple[int, float]] | None = None) -> None:
+        lat = self.latency
+        common = {"step_tokens": lat.step_tokens, "steps": lat.steps, "seed": self.seed}
+        settings = {
+            "draft": {**common, "decode_ms": c * lat.target_decode_ms},
+            "target": {**common, "decode_ms": lat.target_decode_ms},
+            "judge": {**common, "decode_ms": lat.judge_decode_ms, "alpha": alpha,
+                      "alpha_schedule": alpha_schedule or []},
+        }
+        for role, body in settings.items():
+            res = requests.post(self.urls[role] + "/sim/config", json=body, timeout=10)
+            if not res.ok:
+                raise LookaheadError(f"simulated {role} server refused its settings: {res.text}")
+
+    def endpoints(self) -> Endpoints:
+        return Endpoints(**{r: Endpoint(url=u, chat_template="chatml") for r, u in self.urls.items()})
+
+
+def questions(latency: LatencyModel) -> list[str]:
+    return [
+        f"Problem {p}: " + " ".join(f"q{p}w{i}" for i in range(latency.question_words))
+        for p in range(latency.problems)
+    ]
+
+
+def _overheads(result: LookaheadResult, log: list[tuple[float, float]]) -> list[float]:
+    """Per round: wall time not covered by any request in flight, in ms."""
+    out = []
+    for record in result.round_log:
+        start, end = record.started, record.started + record.wall_s
+        spans = sorted((max(a, start), min(b, end)) for a, b in log if b > start and a < end)
+        covered, cursor = 0.0, start
+        for a, b in spans:
+            if b > cursor:
+                covered += b - max(a, cursor)
+                cursor = b
+        out.append(max(0.0, (end - start) - covered) * 1000.0)
+    return out
+
+
+def measure_method(
+    cluster: SimCluster, config: LookaheadConfig, problems: list[str]
+) -> tuple[float, list[LookaheadResult], list[float]]:
+    reasoner = LookaheadReasoner(cluster.endpoints(), config)
+    log: list[tuple[float, float]] = []
+    for backend in reasoner.connection.backends.values():
+        backend.request_log = log
+    results, wall = [], 0.0
+    for q in problems:
+        result = reasoner.run(q)
+        if result.stats.finish != "eos" or result.stats.degraded:
+            raise LookaheadError(f"benchmark run did not finish cleanly: {result.stats.finish} {result.stats.degraded}")
+        results.append(result)
+        wall += result.stats.wall_time_s
+    overheads = [o for r in results for o in _overheads(r, log)]
+    return wall, results, overheads
+
+
+def measure_ar(cluster: SimCluster, problems: list[str]) -> float:
+    reasoner = LookaheadReasoner(cluster.endpoints(), LookaheadConfig(max_tokens=100_000))
+    return sum(reasoner.baseline(q).wall_time_s for q in problems)
+
+
+def run_grid(
+    grid: Grid, latency: LatencyModel, progress: Callable[[BenchPoint], None] | None = None
+) -> list[BenchPoint]:
+    points: list[BenchPoint] = []
+    problems = questions(latency)
+    j = latency.judge_cost()
+    with SimCluster(latency) as cluster:
+        for alpha in grid.alphas:
+            for c in grid.cs:
+                cluster.configure(alpha, c)
+                ar_s = measure_ar(cluster, problems)
+                for engine in grid.engines:
+                    for width in grid.widths:
+                        for depth in grid.depths:
+                            config = LookaheadConfig(
+                                engine=engine, width=width, seed=1, max_tokens=100_000,
+                                max_step_tokens=latency.step_tokens + 8,
+                                **({"adaptive_depth": True, "depth": 2} if depth == "adaptive" else {"depth": depth}),
+                            )
+                            wall, results, overheads = measure_method(cluster, config, problems)
+                            decided = sum(r.stats.draft_steps_judged for r in results)
+                            accepted = sum(r.stats.draft_steps_accepted for r in results)
+                            realized = accepted / decided if decided else None
+                            theory_s = _theory(engine, depth, realized if realized is not None else alpha, c, j, results)
+                            prompt = sum(r.stats.target.prompt_tokens for r in results)
+                            cached = sum(r.stats.target.cached_tokens for r in results)
+                            measured = ar_s / wall
+                            point = BenchPoint(
+                                alpha=alpha, c=c, depth=depth, width=width, engine=engine,
+                                measured_speedup=measured, theory_speedup=theory_s, ratio=measured / theory_s,
+                                overhead_ms_per_round=statistics.median(overheads) if overheads else 0.0,
+                                prefix_hit_ratio=cached / prompt if prompt else None, realized_alpha=realized,
+                                ar_s=ar_s, method_s=wall, rounds=sum(r.stats.rounds for r in results),
+                            )
+                            points.append(point)
+                            if progress is not None:
+                                progress(point)
+    return points
+
+
+def _theory(engine: str, depth: Depth, alpha: float, c: float, j: float, results: list[LookaheadResult]) -> float:
+    alpha = min(max(alpha, 0.0), 0.999)
+    if depth != "adaptive":
+        return theory.engine_speedup(engine, depth, alpha, c, j)
+    # adaptive: the depth the theory itself would pick at the realized α (its best fixed γ, or AR)
+    return theory.best_depth(engine, alpha, c, j)[1]
+
+
+def alpha_shift_check(latency: LatencyModel, default_depth: int = 4, c: float = 0.1) -> dict:
+    """Adaptive γ against the default fixed γ when α drops from 0.9 to 0.2 halfway through each problem."""
+    problems = questions(latency)
+    schedule = [(0, 0.9), (latency.steps // 2, 0.2)]
+    out = {}
+    with SimCluster(latency) as cluster:
+        cluster.configure(0.5, c, schedule)
+        ar_s = measure_ar(cluster, problems)
+        for name, extra in (("fixed", {"depth": default_depth}), ("adaptive", {"adaptive_depth": True, "depth": default_depth})):
+            config = LookaheadConfig(seed=1, max_tokens=100_000, max_step_tokens=latency.step_tokens + 8, **extra)
+            wall, _, _ = measure_method(cluster, config, problems)
+            out[name] = ar_s / wall
+    return out
+
+
+def write_report(points: list[BenchPoint], out: Path, extra: dict | None = None) -> None:
+    """JSON, a markdown table, and PNG plots (speedup against γ per α, measured and theory)."""
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {"points": [p.model_dump() for p in points], **(extra or {})}
+    (out / "bench.json").write_text(json.dumps(payload, indent=2))
+    (out / "bench.md").write_text(markdown_table(points))
+    _plots(points, out)
+
+
+def markdown_table(points: list[BenchPoint]) -> str:
+    head = "| α | c | γ | W | engine | measured | theory | ratio | overhead ms/round | prefix hit | realized α |\n"
+    head += "|---|---|---|---|---|---|---|---|---|---|---|\n"
+    rows = [
+        f"| {p.alpha} | {p.c} | {p.depth} | {p.width} | {p.engine} | {p.measured_speedup:.2f} | "
+        f"{p.theory_speedup:.2f} | {p.ratio:.2f} | {p.overhead_ms_per_round:.1f} | "
+        f"{'' if p.prefix_hit_ratio is None else f'{p.prefix_hit_ratio:.2f}'} | "
+        f"{'' if p.realized_alpha is None else f'{p.realized_alpha:.2f}'} |"
+        for p in points
+    ]
+    return head + "\n".join(rows) + "\n"
+
+
+def _plots(points: list[BenchPoint], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for engine in sorted({p.engine for p in points}):
+        for width in sorted({p.width for p in points}):
+            chosen = [p for p in points if p.engine == engine and p.width == width and p.depth != "adaptive"]
+            if not chosen:
+                continue
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for alpha in sorted({p.alpha for p in chosen}):
+                for c in sorted({p.c for p in chosen}):
+                    series = sorted((p for p in chosen if p.alpha == alpha and p.c == c), key=lambda p: p.depth)
+                    xs = [p.depth for p in series]
+                    line = ax.plot(xs, [p.measured_speedup for p in series], marker="o", label=f"α={alpha}, c={c}")
+                    ax.plot(xs, [p.theory_speedup for p in series], linestyle="--", color=line[0].get_color())
+            ax.set_xlabel("γ (draft steps per round)")
+            ax.set_ylabel("speedup over AR")
+            ax.set_title(f"{engine} engine, W={width}: measured (solid) vs theory (dashed)")
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            fig.savefig(out / f"speedup_{engine}_w{width}.png", dpi=110)
+            plt.close(fig)
