@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from lookahead_reasoning.eval import theory
 from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.depth import depth_limit
 from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
 from lookahead_reasoning.runtime.errors import LookaheadError
 from lookahead_reasoning.runtime.launcher import free_port
@@ -88,8 +89,8 @@ class Grid(BaseModel):
 
 
 class LatencyModel(BaseModel):
-    target_decode_ms: float = Field(8.0, gt=0)
-    judge_decode_ms: float = Field(4.0, gt=0)
+    target_decode_ms: float = Field(20.0, gt=0, description="a 32B-class target on a GPU: about 20 ms per token")
+    judge_decode_ms: float = Field(10.0, gt=0, description="a 7B-class judge")
     step_tokens: int = Field(16, ge=2)
     steps: int = Field(12, ge=2)
     problems: int = Field(2, ge=1)
@@ -241,13 +242,13 @@ def run_grid(
                             config = LookaheadConfig(
                                 engine=engine, width=width, seed=1, max_tokens=100_000,
                                 max_step_tokens=latency.step_tokens + 8,
-                                **({"adaptive_depth": True, "depth": 2} if depth == "adaptive" else {"depth": depth}),
+                                **({"adaptive_depth": True} if depth == "adaptive" else {"depth": depth}),
                             )
                             wall, results, overheads = measure_method(cluster, config, problems)
                             decided = sum(r.stats.draft_steps_judged for r in results)
                             accepted = sum(r.stats.draft_steps_accepted for r in results)
                             realized = accepted / decided if decided else None
-                            theory_s = _theory(engine, depth, realized if realized is not None else alpha, c, j, results)
+                            theory_s = _theory(engine, depth, realized if realized is not None else alpha, c, j, width)
                             prompt = sum(r.stats.target.prompt_tokens for r in results)
                             cached = sum(r.stats.target.cached_tokens for r in results)
                             measured = ar_s / wall
@@ -264,16 +265,21 @@ def run_grid(
     return points
 
 
-def _theory(engine: str, depth: Depth, alpha: float, c: float, j: float, results: list[LookaheadResult]) -> float:
+def _theory(engine: str, depth: Depth, alpha: float, c: float, j: float, width: int) -> float:
     alpha = min(max(alpha, 0.0), 0.999)
     if depth != "adaptive":
         return theory.engine_speedup(engine, depth, alpha, c, j)
-    # adaptive: the depth the theory itself would pick at the realized α (its best fixed γ, or AR)
-    return theory.best_depth(engine, alpha, c, j)[1]
+    # adaptive: the best the theory allows at the realized α, within the policy's depth limit
+    return theory.best_depth(engine, alpha, c, j, max_depth=depth_limit(8, width))[1]
 
 
-def alpha_shift_check(latency: LatencyModel, default_depth: int = 4, c: float = 0.1) -> dict:
-    """Adaptive γ against the default fixed γ when α drops from 0.9 to 0.2 halfway through each problem."""
+def alpha_shift_check(latency: LatencyModel, default_depth: int = 4, c: float = 0.1, steps: int = 40) -> dict:
+    """Adaptive γ against the default fixed γ when α drops from 0.9 to 0.2 halfway through each problem.
+
+    The problems are longer than the grid's (`steps`), so that each half has room for
+    the policy to notice the change.
+    """
+    latency = latency.model_copy(update={"steps": steps})
     problems = questions(latency)
     schedule = [(0, 0.9), (latency.steps // 2, 0.2)]
     out = {}

@@ -59,12 +59,19 @@ def read_answer(text: str, meta: dict) -> JudgeAnswer:
 
 
 @sgl.function
-def judge(s, pairs):
-    """`pairs` is a list of (step_a, step_b); sets `answers`, one JudgeAnswer each."""
-    s += sgl.system(JUDGE_INSTRUCTIONS)
-    s.sync()  # see target_steps: lets fork() commit the shared instructions first
+def judge(s, pairs, commit_instructions=True):
+    """`pairs` is a list of (step_a, step_b); sets `answers`, one JudgeAnswer each.
+
+    With `commit_instructions` the shared instructions are committed before the fork
+    (see target_steps); once they are in the server's cache that request can be skipped.
+    """
+    if commit_instructions:
+        s += sgl.system(JUDGE_INSTRUCTIONS)
+        s.sync()
     branches = s.fork(len(pairs))
     for branch, (step_a, step_b) in zip(branches, pairs):
+        if not commit_instructions:
+            branch += sgl.system(JUDGE_INSTRUCTIONS)
         branch += sgl.user(judge_message(step_a, step_b))
         branch += sgl.assistant_begin()
         branch += sgl.gen(

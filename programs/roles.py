@@ -27,10 +27,12 @@ def render_question(backend: LookaheadEndpoint, question: str) -> str:
     return chat_prefix.run(message=question_message(question), backend=backend).text()
 
 
-def judge_pairs(backend: LookaheadEndpoint, pairs: list[tuple[str, str]]) -> list[JudgeAnswer]:
+def judge_pairs(
+    backend: LookaheadEndpoint, pairs: list[tuple[str, str]], commit_instructions: bool = True
+) -> list[JudgeAnswer]:
     if not pairs:
         return []
-    return judge.run(pairs=list(pairs), backend=backend).get_var("answers")
+    return judge.run(pairs=list(pairs), commit_instructions=commit_instructions, backend=backend).get_var("answers")
 
 
 class SGLangRoles:
@@ -80,10 +82,13 @@ class SGLangRoles:
         with ThreadPoolExecutor(max_workers=len(prefixes)) as pool:
             return list(pool.map(one, prefixes))
 
-    def target(self, prefix: str, continuations: list[str], max_step_tokens: int | None = None) -> list[StepOutput]:
+    def target(
+        self, prefix: str, continuations: list[str], max_step_tokens: int | None = None, commit_prefix: bool = True
+    ) -> list[StepOutput]:
         state = target_steps.run(
             prefix=prefix,
             continuations=continuations,
+            commit_prefix=commit_prefix and len(continuations) > 1,
             delimiter=self.delimiter,
             max_step_tokens=max_step_tokens or self.max_step_tokens,
             sampling=self.target_sampling,

@@ -96,18 +96,21 @@ def draft_steps(s, prefix, gamma, delimiter, max_step_tokens, sampling):
 
 
 @sgl.function
-def target_steps(s, prefix, continuations, delimiter, max_step_tokens, sampling):
+def target_steps(s, prefix, continuations, delimiter, max_step_tokens, sampling, commit_prefix=True):
     """One target step after each of `prefix + continuation`, all in parallel.
 
-    The fork commits `prefix` first, so the server prefills it once and every branch
-    reuses it from the radix cache; the branches run as concurrent requests.
+    With `commit_prefix` the fork commits `prefix` first, so the server prefills it
+    once and every branch reuses it from the radix cache. The commit is one more
+    sequential request; when the caller knows the prefix is already cached (it was
+    written by a target branch of the previous round), it passes False and the
+    branches start at once.
     """
-    s += prefix
-    s.sync()  # fork() commits the prefix only if it sees it already applied; without this it races
-    branches = s.fork(len(continuations))
+    if commit_prefix:
+        s += prefix
+        s.sync()  # fork() commits the prefix only if it sees it already applied; without this it races
+    branches = s.fork(len(continuations))  # forking an empty state commits nothing
     for branch, continuation in zip(branches, continuations):
-        if continuation:
-            branch += continuation
+        branch += continuation if commit_prefix else prefix + continuation
         branch += _step_gen("step", delimiter, max_step_tokens, sampling)
     try:
         s.set_var("steps", [read_step(*checked(b, "step"), delimiter) for b in branches])

@@ -6,6 +6,10 @@ c (draft time per drafted level / target time per round) and of the judge's cost
 (judge time / target time), and picks the γ that maximizes the engine's theoretical
 speedup (eval/theory.py). When no γ beats plain AR it drafts nothing, and every
 `probe_every` such rounds it drafts one step to refresh the estimates.
+
+The theory prices parallel width as free; a tree of width W has W^γ leaves, and
+every node is a request. The policy therefore caps γ for trees so that W^γ stays
+within `TREE_NODE_BUDGET` (W = 2: γ ≤ 4; W = 4: γ ≤ 2).
 """
 
 from __future__ import annotations
@@ -15,6 +19,18 @@ from typing import Protocol
 from lookahead_reasoning.eval.theory import best_depth
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.results import RoundRecord
+
+
+TREE_NODE_BUDGET = 16
+
+
+def depth_limit(max_depth: int, width: int) -> int:
+    if width == 1:
+        return max_depth
+    limit = 1
+    while width ** (limit + 1) <= TREE_NODE_BUDGET:
+        limit += 1
+    return min(max_depth, limit)
 
 
 class DepthPolicy(Protocol):
@@ -86,5 +102,6 @@ class AdaptiveDepth:
 
 def make_depth_policy(config: LookaheadConfig, mode: str) -> DepthPolicy:
     if config.adaptive_depth:
-        return AdaptiveDepth(mode, config.depth, config.max_depth)
+        limit = depth_limit(config.max_depth, config.width)
+        return AdaptiveDepth(mode, min(config.depth, limit), limit)
     return FixedDepth(config.depth)

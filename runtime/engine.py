@@ -53,7 +53,9 @@ class StepModels(Protocol):
 
     def sample(self, prefixes: list[str], width: int, max_step_tokens: int | None = None) -> list[list[StepOutput]]: ...
 
-    def target(self, prefix: str, continuations: list[str], max_step_tokens: int | None = None) -> list[StepOutput]: ...
+    def target(
+        self, prefix: str, continuations: list[str], max_step_tokens: int | None = None, commit_prefix: bool = True
+    ) -> list[StepOutput]: ...
 
     def generate(self, prefix: str, max_tokens: int) -> StepOutput: ...
 
@@ -152,7 +154,8 @@ class Engine:
         branches = target_branches(tree, bonus)
         continuations = ["" if b == ROOT else tree.nodes[b].path for b in branches]
         try:
-            targets = self.models.target(run.prefix, continuations, cap)
+            # after the first round the prefix was written by a target branch: already in the cache
+            targets = self.models.target(run.prefix, continuations, cap, commit_prefix=not run.log)
         except Exception as error:
             raise ServerFailure(f"the target server failed: {first_line(error)}") from None
         if len(targets) != len(continuations):

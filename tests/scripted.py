@@ -79,7 +79,9 @@ class ScriptedModels:
             out.append(variants)
         return out
 
-    def target(self, prefix: str, continuations: list[str], max_step_tokens: int | None = None) -> list[StepOutput]:
+    def target(
+        self, prefix: str, continuations: list[str], max_step_tokens: int | None = None, commit_prefix: bool = True
+    ) -> list[StepOutput]:
         self.calls["target"] += 1
         self._check("target")
         text = prefix[len(PROMPT):]

@@ -23,9 +23,12 @@ class LLMJudgeVerifier:
             raise ValueError(f"judge threshold must lie in [0, 1], got {threshold}")
         self.backend = backend
         self.threshold = threshold
+        self._instructions_cached = False  # after the first call the server's radix cache holds them
 
     def verify(self, context: str, pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
-        return [self.decide(a) for a in judge_pairs(self.backend, list(pairs))]
+        answers = judge_pairs(self.backend, list(pairs), commit_instructions=not self._instructions_cached)
+        self._instructions_cached = True
+        return [self.decide(a) for a in answers]
 
     def decide(self, answer: JudgeAnswer) -> Verdict:
         tokens = dict(
