@@ -268,9 +268,9 @@ def run_grid(
 def _theory(engine: str, depth: Depth, alpha: float, c: float, j: float, width: int) -> float:
     alpha = min(max(alpha, 0.0), 0.999)
     if depth != "adaptive":
-        return theory.engine_speedup(engine, depth, alpha, c, j)
+        return theory.engine_speedup(engine, depth, alpha, c, j, width)
     # adaptive: the best the theory allows at the realized α, within the policy's depth limit
-    return theory.best_depth(engine, alpha, c, j, max_depth=depth_limit(8, width))[1]
+    return theory.best_depth(engine, alpha, c, j, max_depth=depth_limit(8, width), width=width)[1]
 
 
 def alpha_shift_check(latency: LatencyModel, default_depth: int = 4, c: float = 0.1, steps: int = 40) -> dict:

@@ -6,8 +6,12 @@ steps per round, so:
 
 - sync engine: γ drafts, and the target's bonus step when all are accepted, so
   k = γ + 1;
-- async engine: a window of γ drafts; on full acceptance the next window is already
-  being drafted from its end, so the bonus step is not kept and k = γ.
+- async engine with a chain (step-level pipelining): the draft runs up to γ steps
+  ahead of the last verified step while the target's step at the verified prefix is
+  already in flight, so up to γ + 1 steps are in the pipeline and k = γ + 1;
+- async engine with a tree (window pipelining): a window of γ levels; on full
+  acceptance the next window is already being drafted from its end, so the bonus
+  step is not kept and k = γ.
 
 The paper's formulas leave the judge out. We add it as j = judge time per round /
 target time per step: the judge runs after the target's branches, on the critical
@@ -68,12 +72,16 @@ def f_async(k: int, alpha: float, c: float, judge: float = 0.0) -> float:
     return numerator / denominator
 
 
-def engine_speedup(engine: str, depth: int, alpha: float, c: float, judge: float = 0.0) -> float:
-    """Theoretical speedup of our engines at draft depth γ (see the module docstring for k)."""
+def engine_speedup(engine: str, depth: int, alpha: float, c: float, judge: float = 0.0, width: int = 1) -> float:
+    """Theoretical speedup of our engines at draft depth γ (see the module docstring for k).
+
+    For a tree (width > 1) pass the per-position acceptance of the tree as α; if each
+    candidate is accepted independently with α₁, that is 1 − (1 − α₁)^W.
+    """
     if engine == "sync":
         return f_sync(depth + 1, alpha, c, judge)
     if engine == "async":
-        return f_async(depth, alpha, c, judge)
+        return f_async(depth + 1 if width == 1 else depth, alpha, c, judge)
     raise ValueError(f"engine must be sync or async, got {engine!r}")
 
 
@@ -82,11 +90,13 @@ def combined(step_speedup: float, token_speedup: float) -> float:
     return step_speedup * token_speedup
 
 
-def best_depth(engine: str, alpha: float, c: float, judge: float = 0.0, max_depth: int = 8) -> tuple[int, float]:
+def best_depth(
+    engine: str, alpha: float, c: float, judge: float = 0.0, max_depth: int = 8, width: int = 1
+) -> tuple[int, float]:
     """(γ, speedup) maximizing the engine's theoretical speedup; γ = 0 means plain AR (speedup 1)."""
     best = (0, 1.0)
     for depth in range(1, max_depth + 1):
-        s = engine_speedup(engine, depth, alpha, c, judge)
+        s = engine_speedup(engine, depth, alpha, c, judge, width)
         if s > best[1] + 1e-12:
             best = (depth, s)
     return best

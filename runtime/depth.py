@@ -1,6 +1,6 @@
 """How many steps to draft each round: a fixed γ, or γ chosen from what the run measures.
 
-The adaptive policy keeps running estimates of α (per-position acceptance, with a
+The adaptive policy keeps running estimates, across the runs of one engine, of α (per-position acceptance, with a
 Beta(1, 1) prior and exponential forgetting so it follows a change of regime), of
 c (draft time per drafted level / target time per round) and of the judge's cost j
 (judge time / target time), and picks the γ that maximizes the engine's theoretical
@@ -56,8 +56,11 @@ class FixedDepth:
 
 
 class AdaptiveDepth:
-    def __init__(self, mode: str, initial: int, max_depth: int, forget: float = 0.8, probe_every: int = 6):
+    def __init__(
+        self, mode: str, initial: int, max_depth: int, width: int = 1, forget: float = 0.8, probe_every: int = 6
+    ):
         self.mode = mode
+        self.width = width
         self.initial = initial
         self.max_depth = max_depth
         self.forget = forget
@@ -75,7 +78,8 @@ class AdaptiveDepth:
     def _choice(self) -> int:
         if self.c is None:
             return self.initial
-        return best_depth(self.mode, min(self.alpha, 0.999), max(self.c, 1e-3), self.judge, self.max_depth)[0]
+        alpha = min(self.alpha, 0.999)
+        return best_depth(self.mode, alpha, max(self.c, 1e-3), self.judge, self.max_depth, self.width)[0]
 
     def peek_depth(self) -> int:
         return self._choice() or 1
@@ -103,5 +107,5 @@ class AdaptiveDepth:
 def make_depth_policy(config: LookaheadConfig, mode: str) -> DepthPolicy:
     if config.adaptive_depth:
         limit = depth_limit(config.max_depth, config.width)
-        return AdaptiveDepth(mode, min(config.depth, limit), limit)
+        return AdaptiveDepth(mode, min(config.depth, limit), limit, config.width)
     return FixedDepth(config.depth)

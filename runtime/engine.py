@@ -112,11 +112,14 @@ class Engine:
         models: StepModels,
         verifier: Verifier,
         on_round: Callable[[RoundRecord], None] | None = None,
+        policy: DepthPolicy | None = None,
     ):
         self.config = config
         self.models = models
         self.verifier = verifier
         self.on_round = on_round
+        # what the adaptive policy learns (α, c, j) carries over from run to run
+        self.policy = policy or make_depth_policy(config, self.mode)
 
     def run(self, question: str) -> LookaheadResult:
         return self.continue_from(render_prompt(self.models, question))
@@ -124,9 +127,8 @@ class Engine:
     def continue_from(self, prompt: str) -> LookaheadResult:
         """Reason on from `prompt` (already in the target's chat template) until EOS or the token cap."""
         run = _Run(prompt)
-        policy = make_depth_policy(self.config, self.mode)
         try:
-            self._loop(run, policy)
+            self._loop(run, self.policy)
         finally:
             self._close()
         return run.result()
@@ -325,6 +327,8 @@ class AsyncEngine(Engine):
                 return
 
 
-def make_engine(config: LookaheadConfig, models: StepModels, verifier: Verifier, on_round=None) -> Engine:
+def make_engine(
+    config: LookaheadConfig, models: StepModels, verifier: Verifier, on_round=None, policy: DepthPolicy | None = None
+) -> Engine:
     engine_class = AsyncEngine if config.engine == "async" else SyncEngine
-    return engine_class(config, models, verifier, on_round=on_round)
+    return engine_class(config, models, verifier, on_round=on_round, policy=policy)

@@ -7,6 +7,7 @@ from typing import Callable
 from lookahead_reasoning.runtime.baseline import run_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.endpoints import Connection, Endpoints
+from lookahead_reasoning.runtime.depth import make_depth_policy
 from lookahead_reasoning.runtime.engine import Engine, make_engine
 from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord
 
@@ -22,10 +23,13 @@ class LookaheadReasoner:
     def __init__(self, endpoints: Endpoints, config: LookaheadConfig | None = None):
         self.config = config or LookaheadConfig()
         self.connection = Connection(endpoints, self.config)
+        self.policy = make_depth_policy(self.config, self.config.engine)  # shared by this reasoner's runs
 
     def engine(self, on_round: Callable[[RoundRecord], None] | None = None) -> Engine:
         """The engine the config names (sync or async), over this connection."""
-        return make_engine(self.config, self.connection.models, self.connection.verifier, on_round=on_round)
+        return make_engine(
+            self.config, self.connection.models, self.connection.verifier, on_round=on_round, policy=self.policy
+        )
 
     def run(self, question: str, on_round: Callable[[RoundRecord], None] | None = None) -> LookaheadResult:
         return self.engine(on_round).run(question)

@@ -39,7 +39,8 @@ def test_judge_term_slows_both_engines_and_vanishes_at_zero():
 
 def test_engine_depth_mapping():
     assert theory.engine_speedup("sync", 2, 0.5, 0.1) == theory.f_sync(3, 0.5, 0.1)
-    assert theory.engine_speedup("async", 2, 0.5, 0.1) == theory.f_async(2, 0.5, 0.1)
+    assert theory.engine_speedup("async", 2, 0.5, 0.1) == theory.f_async(3, 0.5, 0.1)  # chain: pipelined
+    assert theory.engine_speedup("async", 2, 0.5, 0.1, width=2) == theory.f_async(2, 0.5, 0.1)  # tree windows
     assert theory.combined(1.5, 2.0) == 3.0
 
 
