@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable, Literal, Union
 
 import requests
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, model_validator
 
 from lookahead_reasoning.eval import theory
 from lookahead_reasoning.runtime.config import LookaheadConfig
@@ -51,37 +51,21 @@ class Grid(BaseModel):
     engines: list[Literal["sync", "async"]] = ["sync", "async"]
     widths: list[int] = [1, 2, 4]
 
-    @field_validator("alphas")
-    @classmethod
-    def _alphas(cls, values):
-        for a in values:
+    @model_validator(mode="after")
+    def _valid(self):
+        for a in self.alphas:
             if not 0.0 < a < 1.0:
                 raise ValueError(f"α must lie in (0, 1), got {a}")
-        return values
-
-    @field_validator("cs")
-    @classmethod
-    def _cs(cls, values):
-        for c in values:
+        for c in self.cs:
             if c <= 0.0:
                 raise ValueError(f"c must be > 0, got {c}")
-        return values
-
-    @field_validator("depths")
-    @classmethod
-    def _depths(cls, values):
-        for d in values:
+        for d in self.depths:
             if d != "adaptive" and d < 1:
                 raise ValueError(f"γ must be >= 1 or 'adaptive', got {d}")
-        return values
-
-    @field_validator("widths")
-    @classmethod
-    def _widths(cls, values):
-        for w in values:
+        for w in self.widths:
             if w < 1:
                 raise ValueError(f"W must be >= 1, got {w}")
-        return values
+        return self
 
     @classmethod
     def quick(cls) -> Grid:

@@ -43,12 +43,19 @@ DEMO_QUESTION = (
 )
 
 
-def _config(**values) -> LookaheadConfig:
+def _validated(model, **values):
+    """Build a pydantic model from user input; a validation error becomes one line."""
     try:
-        return LookaheadConfig(**values)
+        return model(**values)
     except ValidationError as error:
         problem = error.errors()[0]
-        raise LookaheadError(f"invalid {'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
+        where = ".".join(map(str, problem["loc"]))
+        message = problem["msg"].removeprefix("Value error, ")
+        raise LookaheadError(f"invalid {where + ': ' if where else 'value: '}{message}") from None
+
+
+def _config(**values) -> LookaheadConfig:
+    return _validated(LookaheadConfig, **values)
 
 
 def _depth_options(depth: str) -> dict:
@@ -225,6 +232,8 @@ def bench(
     widths: Optional[str] = typer.Option(None, help="W values, e.g. 1,2,4"),
     engines: Optional[str] = typer.Option(None, help="sync,async"),
     problems: int = typer.Option(2, help="simulated problems per point"),
+    target_ms: float = typer.Option(20.0, help="simulated target decode time per token (ms); judge half, draft c times"),
+    alpha_shift: bool = typer.Option(True, help="also compare adaptive and fixed γ when α drops halfway"),
     as_json: bool = typer.Option(False, "--json", help="print the points as one JSON object"),
     out: Optional[Path] = typer.Option(None, help="write bench.json, bench.md and PNG plots here"),
 ):
@@ -245,20 +254,18 @@ def bench(
         overrides["engines"] = [e.strip() for e in engines.split(",")]
     if depths:
         overrides["depths"] = [d.strip() for d in depths.split(",")]
-    try:
-        grid = Grid.model_validate({**grid.model_dump(), **overrides})
-        latency = LatencyModel(problems=problems)
-    except ValidationError as error:
-        problem = error.errors()[0]
-        raise LookaheadError(f"invalid {'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
+    grid = _validated(Grid, **{**grid.model_dump(), **overrides})
+    latency = _validated(LatencyModel, problems=problems, target_decode_ms=target_ms, judge_decode_ms=target_ms / 2)
     total = len(grid.alphas) * len(grid.cs) * len(grid.depths) * len(grid.engines) * len(grid.widths)
     from rich.progress import Progress
 
     with Progress(console=err) as bar:
         task = bar.add_task("bench points", total=total)
         points = run_grid(grid, latency, progress=lambda p: bar.advance(task))
-        bar.update(task, description="α drop halfway: adaptive vs fixed γ")
-        shift = alpha_shift_check(latency)
+        shift = None
+        if alpha_shift:
+            bar.update(task, description="α drop halfway: adaptive vs fixed γ")
+            shift = alpha_shift_check(latency)
     extra = {"alpha_shift": shift, "latency_model": latency.model_dump(), "judge_cost_j": latency.judge_cost()}
     if out:
         write_report(points, out, extra)
@@ -269,7 +276,8 @@ def bench(
             "overhead_ms_per_round", "prefix_hit_ratio"}) for p in points], **extra}))
     else:
         print(markdown_table(points))
-        print(f"α 0.9 → 0.2 halfway (c = 0.1): speedup fixed γ=4 {shift['fixed']:.2f}×, adaptive {shift['adaptive']:.2f}×")
+        if shift:
+            print(f"α 0.9 → 0.2 halfway (c = 0.1): speedup fixed γ=4 {shift['fixed']:.2f}×, adaptive {shift['adaptive']:.2f}×")
 
 
 @app.command()
@@ -288,12 +296,8 @@ def simserver(
     from lookahead_reasoning.eval.simserver import SimConfig, serve
     from lookahead_reasoning.runtime.launcher import port_in_use
 
-    try:
-        config = SimConfig(role=role, decode_ms=decode_ms, batch_slope=batch_slope, prefill_ms=prefill_ms,
-                           step_tokens=step_tokens, steps=steps, alpha=alpha, seed=seed)
-    except ValidationError as error:
-        problem = error.errors()[0]
-        raise LookaheadError(f"invalid {'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
+    config = _validated(SimConfig, role=role, decode_ms=decode_ms, batch_slope=batch_slope, prefill_ms=prefill_ms,
+                        step_tokens=step_tokens, steps=steps, alpha=alpha, seed=seed)
     if port_in_use(port):
         raise LookaheadError(f"port {port} is already in use")
     serve(config, port)

@@ -127,17 +127,11 @@ class Engine:
     def continue_from(self, prompt: str) -> LookaheadResult:
         """Reason on from `prompt` (already in the target's chat template) until EOS or the token cap."""
         run = _Run(prompt)
-        try:
-            self._loop(run, self.policy)
-        finally:
-            self._close()
+        self._loop(run, self.policy)
         return run.result()
 
     def _loop(self, run: _Run, policy: DepthPolicy) -> None:
         raise NotImplementedError
-
-    def _close(self) -> None:
-        pass
 
     def _cap(self, run: _Run) -> int:
         return max(1, min(self.config.max_step_tokens, self.config.max_tokens - run.stats.output_tokens))
@@ -265,18 +259,16 @@ class AsyncEngine(Engine):
 
     mode = "async"
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lookahead-async")
-
-    def _close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
     def _loop(self, run: _Run, policy: DepthPolicy) -> None:
-        if self.config.width == 1:
-            self._loop_steps(run, policy)
-        else:
-            self._loop_windows(run, policy)
+        # requests of discarded speculation may still be in flight when the run ends: don't wait for them
+        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lookahead-async")
+        try:
+            if self.config.width == 1:
+                self._loop_steps(run, policy)
+            else:
+                self._loop_windows(run, policy)
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _loop_steps(self, run: _Run, policy: DepthPolicy) -> None:
         while True:

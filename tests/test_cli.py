@@ -70,6 +70,14 @@ def test_unknown_offline_model():
     one_line_error(lookahead("models", "prepare", "gpt-17"), "unknown model")
 
 
+def _launch(endpoints: Path, draft: str, target: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*LOOKAHEAD, "launch", "--draft", draft, "--target", target, "--device", "cpu",
+         "--endpoints", str(endpoints), "--max-total-tokens", "4096"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+
+
 def _wait_for(path: Path, proc, timeout=300):
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -81,11 +89,7 @@ def _wait_for(path: Path, proc, timeout=300):
 @pytest.mark.server
 def test_launch_run_json_and_stop(tmp_path):
     endpoints = tmp_path / "endpoints.json"
-    launcher = subprocess.Popen(
-        [*LOOKAHEAD, "launch", "--draft", "tiny-draft", "--target", "tiny", "--device", "cpu",
-         "--endpoints", str(endpoints), "--max-total-tokens", "4096"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
+    launcher = _launch(endpoints, "tiny-draft", "tiny")
     try:
         _wait_for(endpoints, launcher)
         spec = json.loads(endpoints.read_text())
@@ -124,11 +128,7 @@ def test_launch_run_json_and_stop(tmp_path):
 @pytest.mark.server
 def test_stop_command_stops_the_launcher(tmp_path):
     endpoints = tmp_path / "endpoints.json"
-    launcher = subprocess.Popen(
-        [*LOOKAHEAD, "launch", "--draft", "tiny", "--target", "tiny", "--device", "cpu",
-         "--endpoints", str(endpoints), "--max-total-tokens", "4096"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
+    launcher = _launch(endpoints, "tiny", "tiny")
     try:
         _wait_for(endpoints, launcher)
         url = json.loads(endpoints.read_text())["target"]["url"]
@@ -165,3 +165,28 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return "zombie" not in status
+
+
+@pytest.mark.parametrize("option, value", [("--alphas", "1.5"), ("--cs", "0"), ("--depths", "0"), ("--widths", "0")])
+def test_invalid_bench_grid_values(option, value):
+    one_line_error(lookahead("bench", "--sim", option, value), "invalid")
+
+
+def test_bench_sim_json_and_report(tmp_path):
+    proc = lookahead(
+        "bench", "--sim", "--alphas", "0.6", "--cs", "0.25", "--depths", "1,adaptive", "--widths", "1",
+        "--engines", "sync,async", "--problems", "1", "--target-ms", "2", "--no-alpha-shift",
+        "--json", "--out", str(tmp_path), timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    points = json.loads(proc.stdout)["points"]
+    assert len(points) == 4
+    keys = {"alpha", "c", "depth", "width", "engine", "measured_speedup", "theory_speedup", "ratio",
+            "overhead_ms_per_round", "prefix_hit_ratio"}
+    for p in points:
+        assert set(p) == keys
+        assert p["measured_speedup"] > 0 and p["theory_speedup"] > 0
+        assert p["ratio"] == pytest.approx(p["measured_speedup"] / p["theory_speedup"])
+    assert {p["depth"] for p in points} == {1, "adaptive"}
+    assert (tmp_path / "bench.json").exists() and (tmp_path / "bench.md").exists()
+    assert list(tmp_path.glob("speedup_*.png"))

@@ -272,3 +272,9 @@ def test_adaptive_engine_run_is_correct():
     config = LookaheadConfig(depth=2, adaptive_depth=True)
     result = SyncEngine(config, ScriptedModels(TARGET * 3), FastPathVerifier(ScriptedJudge())).run("q")
     assert result.text == DELIM.join(TARGET * 3)
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_an_async_engine_can_run_twice(width):
+    engine = AsyncEngine(LookaheadConfig(depth=2, width=width), ScriptedModels(TARGET), FastPathVerifier(ScriptedJudge()))
+    assert engine.run("q").text == engine.run("q").text == DELIM.join(TARGET)
