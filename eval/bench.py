@@ -228,7 +228,12 @@ def run_grid(
                                 max_step_tokens=latency.step_tokens + 8,
                                 **({"adaptive_depth": True} if depth == "adaptive" else {"depth": depth}),
                             )
-                            wall, results, overheads = measure_method(cluster, config, problems)
+                            try:
+                                wall, results, overheads = measure_method(cluster, config, problems)
+                            except LookaheadError as error:
+                                raise LookaheadError(
+                                    f"grid point α={alpha} c={c} γ={depth} W={width} {engine}: {error}"
+                                ) from None
                             decided = sum(r.stats.draft_steps_judged for r in results)
                             accepted = sum(r.stats.draft_steps_accepted for r in results)
                             realized = accepted / decided if decided else None

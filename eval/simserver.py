@@ -149,6 +149,7 @@ class SimState:
     fault: str = "ok"
     requests: int = 0
     loop: _DecodeLoop | None = None
+    last_sampling: dict = field(default_factory=dict)  # sampling_params of the latest request (for tests)
 
 
 class SimEngine:
@@ -200,6 +201,7 @@ class SimEngine:
         s = self.state
         s.requests += 1
         params = body.get("sampling_params") or {}
+        s.last_sampling = params
         prompt = body.get("text") or ""
         prompt_tokens = tokenize(prompt)
         cached = min(s.trie.match(prompt_tokens), max(0, len(prompt_tokens) - 1))
@@ -317,7 +319,8 @@ def build_app(engine: SimEngine) -> FastAPI:
     @app.get("/sim/stats")
     async def stats():
         sizes = engine.state.loop.batch_sizes
-        return {"requests": engine.state.requests, "ticks": len(sizes), "max_batch": max(sizes, default=0)}
+        return {"requests": engine.state.requests, "ticks": len(sizes), "max_batch": max(sizes, default=0),
+                "last_sampling": engine.state.last_sampling}
 
     return app
 

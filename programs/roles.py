@@ -15,6 +15,7 @@ from lookahead_reasoning.programs.steps import (
     Sampling,
     StepOutput,
     chat_prefix,
+    conversation_prefix,
     draft_steps,
     free_generation,
     sample_steps,
@@ -25,6 +26,11 @@ from lookahead_reasoning.programs.steps import (
 def render_question(backend: LookaheadEndpoint, question: str) -> str:
     """The question wrapped in the backend's chat template, up to the assistant's answer."""
     return chat_prefix.run(message=question_message(question), backend=backend).text()
+
+
+def render_conversation(backend: LookaheadEndpoint, messages: list[dict]) -> str:
+    """OpenAI-style messages in the backend's chat template, up to the assistant's answer."""
+    return conversation_prefix.run(messages=messages, backend=backend).text()
 
 
 def judge_pairs(

@@ -119,6 +119,15 @@ def target_steps(s, prefix, continuations, delimiter, max_step_tokens, sampling,
 
 
 @sgl.function
+def conversation_prefix(s, messages):
+    """A list of {"role", "content"} messages in the server's chat template, up to the assistant's answer."""
+    turns = {"system": sgl.system, "user": sgl.user, "assistant": sgl.assistant}
+    for message in messages:
+        s += turns[message["role"]](message["content"])
+    s += sgl.assistant_begin()
+
+
+@sgl.function
 def chat_prefix(s, message):
     """The prompt text up to the start of the assistant's answer, in the server's chat template."""
     s += sgl.user(message)

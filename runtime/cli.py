@@ -224,7 +224,15 @@ def _floats(text: str, name: str) -> list[float]:
 
 @app.command()
 def bench(
-    sim: bool = typer.Option(False, "--sim", help="on simulated servers with GPU-like timing (the only mode so far)"),
+    sim: bool = typer.Option(False, "--sim", help="the scheduling grid on simulated servers with GPU-like timing"),
+    serve_load: bool = typer.Option(False, "--serve", help="a load check of `lookahead serve`, LR and AR"),
+    url: Optional[str] = typer.Option(None, help="--serve: a running frontend on loopback (default: start one on simulated servers)"),
+    requests_n: int = typer.Option(16, "--requests", help="--serve: requests per model"),
+    concurrency: int = typer.Option(8, help="--serve: requests in flight at once"),
+    max_concurrent: int = typer.Option(4, help="--serve without --url: the frontend's concurrency limit"),
+    queue_timeout: float = typer.Option(30.0, help="--serve without --url: the frontend's queue timeout"),
+    time_limit: float = typer.Option(300.0, help="--serve: stop sending after this many seconds per model"),
+    api_key: Optional[str] = typer.Option(None, envvar="LOOKAHEAD_API_KEY", help="--serve: bearer token"),
     quick: bool = typer.Option(False, "--quick", help="a small subset of the grid (a few minutes)"),
     alphas: Optional[str] = typer.Option(None, help="α values, e.g. 0.4,0.6,0.8"),
     cs: Optional[str] = typer.Option(None, help="c values, e.g. 0.05,0.1,0.25"),
@@ -240,8 +248,11 @@ def bench(
     """Measure the engines' speedup against the theory (DESIGN §7, §10)."""
     from lookahead_reasoning.eval.bench import Grid, LatencyModel, alpha_shift_check, markdown_table, run_grid, write_report
 
+    if serve_load:
+        _bench_serve(url, requests_n, concurrency, max_concurrent, queue_timeout, time_limit, api_key, as_json)
+        return
     if not sim:
-        raise LookaheadError("only `lookahead bench --sim` exists so far")
+        raise LookaheadError("give --sim (scheduling grid) or --serve (load check)")
     grid = Grid.quick() if quick else Grid()
     overrides = {}
     if alphas:
@@ -278,6 +289,65 @@ def bench(
         print(markdown_table(points))
         if shift:
             print(f"α 0.9 → 0.2 halfway (c = 0.1): speedup fixed γ=4 {shift['fixed']:.2f}×, adaptive {shift['adaptive']:.2f}×")
+
+
+def _bench_serve(url, n, concurrency, max_concurrent, queue_timeout, time_limit, api_key, as_json) -> None:
+    from contextlib import nullcontext
+
+    from lookahead_reasoning.eval.loadtest import LocalStack, check_loopback, load
+
+    if n < 1 or concurrency < 1:
+        raise LookaheadError("--requests and --concurrency must be >= 1")
+    stack = nullcontext(check_loopback(url)) if url else LocalStack(max_concurrent, queue_timeout, "sync")
+    with stack as base:
+        reports = []
+        for model in ("lookahead", "target"):
+            err.print(f"loading {base} with {n} requests for model {model}, {concurrency} at a time…")
+            reports.append(load(base, model, n, concurrency, 256, api_key, time_limit))
+    if as_json:
+        print(json.dumps({"url": url or "local simulated stack", "results": reports}))
+        return
+    for r in reports:
+        p50 = "n/a" if r["p50_latency_s"] is None else f"{r['p50_latency_s']:.2f}"
+        p99 = "n/a" if r["p99_latency_s"] is None else f"{r['p99_latency_s']:.2f}"
+        print(f"{r['model']:>9}: {r['completed']}/{r['requests']} ok, {r['requests_per_s']:.2f} req/s, "
+              f"{r['tokens_per_s']:.1f} tok/s, p50 {p50} s, p99 {p99} s, statuses {r['statuses']}")
+
+
+@app.command()
+def serve(
+    endpoints: Optional[Path] = typer.Option(None, help="endpoints file written by `lookahead launch`"),
+    draft_url: Optional[str] = typer.Option(None, help="draft SGLang server URL"),
+    target_url: Optional[str] = typer.Option(None, help="target SGLang server URL"),
+    judge_url: Optional[str] = typer.Option(None, help="judge SGLang server URL (default: the target's)"),
+    chat_template: Optional[str] = typer.Option(None, help="SGLang chat template name for --*-url servers"),
+    host: str = typer.Option("127.0.0.1", help="bind address (beyond loopback an API key is required)"),
+    port: int = typer.Option(8000, help="port"),
+    engine: str = typer.Option("sync", help="sync or async"),
+    depth: str = typer.Option("4", help="γ, or 'adaptive'"),
+    width: int = typer.Option(1, help="W: draft candidates per position"),
+    threshold: float = typer.Option(0.8, help="judge accepts when P(yes) >= this"),
+    max_concurrent: int = typer.Option(4, help="requests that run at once; the rest wait"),
+    queue_timeout: float = typer.Option(30.0, help="seconds a request may wait for a slot before 429"),
+    request_timeout: float = typer.Option(600.0, help="seconds a request may run before 504"),
+    max_tokens_cap: int = typer.Option(4096, help="largest max_tokens a request may ask for"),
+    api_key: Optional[str] = typer.Option(None, envvar="LOOKAHEAD_API_KEY", help="require this bearer token"),
+):
+    """Serve an OpenAI-compatible API that answers with lookahead reasoning."""
+    from lookahead_reasoning.runtime.endpoints import Connection
+    from lookahead_reasoning.runtime.launcher import port_in_use
+    from lookahead_reasoning.runtime.serve import ServeSettings
+    from lookahead_reasoning.runtime.serve import serve as run_server
+
+    config = _config(**_depth_options(depth), width=width, engine=engine, judge_threshold=threshold,
+                     max_tokens=max_tokens_cap, request_timeout_s=min(request_timeout, 300.0))
+    settings = _validated(ServeSettings, max_concurrent=max_concurrent, queue_timeout_s=queue_timeout,
+                          request_timeout_s=request_timeout, max_tokens_cap=max_tokens_cap, api_key=api_key)
+    if port_in_use(port, host):
+        raise LookaheadError(f"port {port} is already in use")
+    connection = Connection(_endpoints(endpoints, draft_url, target_url, judge_url, chat_template), config)
+    err.print(f"serving lookahead reasoning on http://{host}:{port}/v1 (models: lookahead, target)")
+    run_server(connection, config, settings, host, port)
 
 
 @app.command()

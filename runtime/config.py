@@ -28,6 +28,7 @@ class LookaheadConfig(BaseModel):
     adaptive_depth: bool = Field(False, description="choose γ each round from the measured α and c")
     max_depth: int = Field(8, ge=1, description="largest γ the adaptive policy may choose")
     width: int = Field(1, ge=1, description="W: draft candidates per position (tree drafting when > 1)")
+    max_tree_nodes: int = Field(32, ge=1, description="budget of draft nodes per round for W > 1 (W^γ grows fast)")
     engine: Literal["sync", "async"] = Field("sync", description="async overlaps drafting with verification")
     tree_temperature: float = Field(0.8, gt=0.0, description="draft temperature for W > 1 when draft sampling is greedy")
     delimiter: str = Field("\n\n", min_length=1, description="text that ends a step")

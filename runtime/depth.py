@@ -21,7 +21,7 @@ from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.results import RoundRecord
 
 
-TREE_NODE_BUDGET = 16
+TREE_NODE_BUDGET = 16  # leaves; the drafting itself is capped by LookaheadConfig.max_tree_nodes
 
 
 def depth_limit(max_depth: int, width: int) -> int:

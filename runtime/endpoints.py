@@ -80,7 +80,11 @@ def save_endpoints(endpoints: Endpoints, path: Path) -> None:
 
 
 class Connection:
-    """Backends for the three roles (shared where roles share a URL), programs and verifier."""
+    """Backends for the three roles (shared where roles share a URL), programs and verifier.
+
+    Backends are thread-safe and shared; `roles(config)` and `verifier_for(config)` are
+    cheap, so a server can bind per-request settings (temperature, top_p) to them.
+    """
 
     def __init__(self, endpoints: Endpoints, config: LookaheadConfig):
         backends: dict[tuple[str, str | None], LookaheadEndpoint] = {}
@@ -101,7 +105,12 @@ class Connection:
                 except (KeyError, ValueError) as error:  # unknown chat template name
                     raise LookaheadError(f"{role} server: {error}") from None
             self.backends[role] = backends[key]
-        self.models = SGLangRoles(
+        self.models = self.roles(config)
+        self.verifier = self.verifier_for(config)
+
+    def roles(self, config: LookaheadConfig) -> SGLangRoles:
+        """The programs bound to these backends with `config`'s step and sampling settings."""
+        return SGLangRoles(
             draft=self.backends["draft"],
             target=self.backends["target"],
             delimiter=config.delimiter,
@@ -109,4 +118,6 @@ class Connection:
             draft_sampling=config.draft_sampling.to_program(),
             target_sampling=config.target_sampling.to_program(),
         )
-        self.verifier = FastPathVerifier(LLMJudgeVerifier(self.backends["judge"], config.judge_threshold))
+
+    def verifier_for(self, config: LookaheadConfig) -> FastPathVerifier:
+        return FastPathVerifier(LLMJudgeVerifier(self.backends["judge"], config.judge_threshold))

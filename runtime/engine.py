@@ -37,7 +37,7 @@ from lookahead_reasoning.programs.steps import StepOutput
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.depth import DepthPolicy, make_depth_policy
-from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure, first_line
+from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure, TimeLimitExceeded, first_line
 from lookahead_reasoning.runtime.pipeline import run_chain_round
 from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, RunStats, StepRecord
 from lookahead_reasoning.runtime.tree import ROOT, DraftTree, draft_tree, kept_steps, target_branches, walk
@@ -113,11 +113,15 @@ class Engine:
         verifier: Verifier,
         on_round: Callable[[RoundRecord], None] | None = None,
         policy: DepthPolicy | None = None,
+        on_step: Callable[[StepRecord], None] | None = None,
+        deadline: float | None = None,
     ):
         self.config = config
         self.models = models
         self.verifier = verifier
         self.on_round = on_round
+        self.on_step = on_step  # called with every kept step as soon as it is kept (streaming)
+        self.deadline = deadline  # time.monotonic() after which no new round starts
         # what the adaptive policy learns (α, c, j) carries over from run to run
         self.policy = policy or make_depth_policy(config, self.mode)
 
@@ -133,11 +137,19 @@ class Engine:
     def _loop(self, run: _Run, policy: DepthPolicy) -> None:
         raise NotImplementedError
 
+    def _check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise TimeLimitExceeded("the request exceeded its time limit")
+
+    def announce(self, step: StepRecord) -> None:
+        if self.on_step is not None:
+            self.on_step(step)
+
     def _cap(self, run: _Run) -> int:
         return max(1, min(self.config.max_step_tokens, self.config.max_tokens - run.stats.output_tokens))
 
     def _draft(self, prefix: str, depth: int, cap: int) -> DraftTree:
-        return draft_tree(self.models, prefix, depth, self.config.width, cap)
+        return draft_tree(self.models, prefix, depth, self.config.width, cap, self.config.max_tree_nodes)
 
     def _verify_round(
         self, run: _Run, tree: DraftTree, bonus: bool, cap: int, draft_s: float, started: float, depth: int
@@ -158,6 +170,8 @@ class Engine:
             raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
         for t in targets:
             stats.target.add(t.prompt_tokens, t.completion_tokens, t.cached_tokens)
+        if not run.log:
+            stats.prompt_tokens = targets[0].prompt_tokens  # the root branch: the bare prompt
         target_after = dict(zip(branches, targets))
         t2 = time.perf_counter()
 
@@ -188,10 +202,13 @@ class Engine:
     def _finish_round(
         self, run: _Run, *, depth: int, accepted: int, positions: int, kept: list[StepRecord],
         outputs: list[StepOutput], judged: list[JudgedDraft], started: float, draft_s: float,
-        target_s: float, judge_s: float,
+        target_s: float, judge_s: float, announced: bool = False,
     ) -> RoundRecord:
         """Count the round, append its kept steps to the run, log it and report it."""
         stats = run.stats
+        if not announced:
+            for step in kept:
+                self.announce(step)
         stats.draft_steps_judged += positions
         stats.draft_steps_accepted += accepted
         stats.output_tokens += sum(max(1, s.completion_tokens) for s in outputs)
@@ -237,6 +254,7 @@ class SyncEngine(Engine):
 
     def _loop(self, run: _Run, policy: DepthPolicy) -> None:
         while True:
+            self._check_deadline()
             started = time.perf_counter()
             cap = self._cap(run)
             depth = policy.next_depth() if run.drafting else 0
@@ -272,6 +290,7 @@ class AsyncEngine(Engine):
 
     def _loop_steps(self, run: _Run, policy: DepthPolicy) -> None:
         while True:
+            self._check_deadline()
             started = time.perf_counter()
             depth = policy.next_depth() if run.drafting else 0
             kept, outputs, judged, pipe, judge_s = run_chain_round(self, run, depth, self._cap(run), self._pool)
@@ -281,7 +300,7 @@ class AsyncEngine(Engine):
                 run, depth=depth, accepted=accepted, positions=accepted + rejected, kept=kept, outputs=outputs,
                 judged=judged, started=started, draft_s=sum(pipe.draft_times),
                 target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
-                judge_s=judge_s / max(1, len(judged)),
+                judge_s=judge_s / max(1, len(judged)), announced=True,
             )
             policy.observe(record, len(pipe.draft_times))
             if self._done(run, record):
@@ -296,6 +315,7 @@ class AsyncEngine(Engine):
         pending: Future | None = None  # the next window, drafted from the optimistic end
         pending_base = ""
         while True:
+            self._check_deadline()
             started = time.perf_counter()
             cap = self._cap(run)
             depth = policy.next_depth() if run.drafting else 0
@@ -319,8 +339,7 @@ class AsyncEngine(Engine):
                 return
 
 
-def make_engine(
-    config: LookaheadConfig, models: StepModels, verifier: Verifier, on_round=None, policy: DepthPolicy | None = None
-) -> Engine:
+def make_engine(config: LookaheadConfig, models: StepModels, verifier: Verifier, **options) -> Engine:
+    """The engine `config.engine` names; options: on_round, on_step, policy, deadline."""
     engine_class = AsyncEngine if config.engine == "async" else SyncEngine
-    return engine_class(config, models, verifier, on_round=on_round, policy=policy)
+    return engine_class(config, models, verifier, **options)

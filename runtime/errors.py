@@ -9,6 +9,10 @@ class ServerFailure(LookaheadError):
     """An SGLang server failed or timed out while a run was in progress."""
 
 
+class TimeLimitExceeded(LookaheadError):
+    """A run went past its deadline."""
+
+
 def first_line(error: BaseException) -> str:
     """The first line of an error's message, for one-line reports."""
     lines = str(error).strip().splitlines()

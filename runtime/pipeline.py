@@ -129,10 +129,13 @@ def run_chain_round(engine, run, depth: int, cap: int, pool: ThreadPoolExecutor)
             except Exception as error:
                 raise ServerFailure(f"the target server failed: {first_line(error)}") from None
             run.stats.target.add(t_prev.prompt_tokens, t_prev.completion_tokens, t_prev.cached_tokens)
+            if not run.log and i == 1:
+                run.stats.prompt_tokens = t_prev.prompt_tokens  # t_0 of the first round: the bare prompt
             d = pipe.draft(i)
             if d is None:
                 kept.append(StepRecord(text=t_prev.text, source="target", round=index))
                 outputs.append(t_prev)
+                engine.announce(kept[-1])
                 break
             run.stats.draft.add(d.prompt_tokens, d.completion_tokens, d.cached_tokens)
             t0 = time.perf_counter()
@@ -143,9 +146,11 @@ def run_chain_round(engine, run, depth: int, cap: int, pool: ThreadPoolExecutor)
             if not (verdict.accept and d.ending == t_prev.ending):
                 kept.append(StepRecord(text=t_prev.text, source="target", round=index))
                 outputs.append(t_prev)
+                engine.announce(kept[-1])
                 break
             kept.append(StepRecord(text=d.text, source="draft", judge_p_yes=verdict.score, round=index))
             outputs.append(d)
+            engine.announce(kept[-1])
             pipe.advance(i)
             budget -= max(1, d.completion_tokens)
             if not d.complete or budget <= 0 or not run.drafting:

@@ -57,6 +57,7 @@ class RunStats(BaseModel):
     acceptance_rate: float | None = None
     wall_time_s: float = 0.0
     finish: Literal["eos", "max_tokens"] = "eos"
+    prompt_tokens: int = 0  # tokens of the prompt the run started from
     output_tokens: int = 0  # completion tokens of the kept steps
     draft: RoleTokens = Field(default_factory=RoleTokens)
     target: RoleTokens = Field(default_factory=RoleTokens)

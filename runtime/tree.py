@@ -59,13 +59,19 @@ class DraftTree:
         return cls(nodes)
 
 
-def draft_tree(models, prefix: str, depth: int, width: int, cap: int) -> DraftTree:
-    """Draft a chain (width 1, one program of γ sequential steps) or a tree level by level."""
+def draft_tree(models, prefix: str, depth: int, width: int, cap: int, max_nodes: int = 32) -> DraftTree:
+    """Draft a chain (width 1, one program of γ sequential steps) or a tree level by level.
+
+    A full tree has W + W² + … + W^γ nodes, each a draft request, a judge pair and
+    (unless a leaf) a target branch. At most `max_nodes` are drafted: when a level
+    would exceed the budget, only its first frontier nodes are expanded.
+    """
     if width == 1:
         return DraftTree.chain(models.draft(prefix, depth, cap))
     nodes: list[Node] = []
     frontier = [(ROOT, "")]
     for level in range(1, depth + 1):
+        frontier = frontier[: max(0, max_nodes - len(nodes)) // width]
         if not frontier:
             break
         candidates = models.sample([prefix + text for _, text in frontier], width, cap)

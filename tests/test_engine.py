@@ -278,3 +278,13 @@ def test_adaptive_engine_run_is_correct():
 def test_an_async_engine_can_run_twice(width):
     engine = AsyncEngine(LookaheadConfig(depth=2, width=width), ScriptedModels(TARGET), FastPathVerifier(ScriptedJudge()))
     assert engine.run("q").text == engine.run("q").text == DELIM.join(TARGET)
+
+
+def test_tree_drafting_respects_the_node_budget():
+    from lookahead_reasoning.runtime.tree import draft_tree
+
+    models = ScriptedModels(TARGET * 3)
+    full = draft_tree(models, "<prompt>", depth=3, width=3, cap=100, max_nodes=1000)
+    assert len(full.nodes) == 3 + 9 + 27
+    capped = draft_tree(models, "<prompt>", depth=3, width=3, cap=100, max_nodes=20)
+    assert len(capped.nodes) <= 20 and max(n.depth for n in capped.nodes) == 3
