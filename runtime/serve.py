@@ -62,20 +62,22 @@ class ServeSettings(BaseModel):
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     role: Literal["system", "user", "assistant"]
     content: str
 
 
 class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # other OpenAI fields are accepted and ignored
+    # strict: "stream": "yes" or "max_tokens": "12" are errors, not coerced; other OpenAI fields are ignored
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str | None = None
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
     max_tokens: int | None = Field(None, gt=0)
     stream: bool = False
+    n: int = Field(1, ge=1, le=1, description="one choice per request")
 
 
 class ChatRequest(_Sampling):

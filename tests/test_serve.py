@@ -155,6 +155,9 @@ def test_streaming_sends_each_kept_step_then_done(frontend):
     json.dumps({"messages": [{"role": "user", "content": "q"}], "temperature": "hot"}).encode(),
     json.dumps({"messages": [{"role": "wizard", "content": "q"}]}).encode(),
     json.dumps({"messages": "hello"}).encode(),
+    json.dumps({"messages": [{"role": "user", "content": "q"}], "stream": "yes"}).encode(),
+    json.dumps({"messages": [{"role": "user", "content": "q"}], "max_tokens": "12"}).encode(),
+    json.dumps({"messages": [{"role": "user", "content": "q"}], "n": 3}).encode(),
 ])
 def test_bad_requests_get_openai_style_400s(frontend, body):
     res = requests.post(frontend.url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"})
