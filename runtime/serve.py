@@ -36,6 +36,7 @@ from typing import Any, Literal
 import requests
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.background import BackgroundTask
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -276,9 +277,11 @@ def build_app(connection: Connection, config: LookaheadConfig, settings: ServeSe
         route = request.url.path
         response_id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
         if body.stream:
+            release = _once(service.slots.release)  # from the stream's end, or after the response if it never ran
             return StreamingResponse(
-                _stream(service, prompt, config, model, kind, response_id, route, started),
+                _stream(service, prompt, config, model, kind, response_id, route, started, release),
                 media_type="text/event-stream",
+                background=BackgroundTask(release),
             )
         try:
             out = await asyncio.to_thread(service.run, prompt, config, model)
@@ -308,7 +311,17 @@ def build_app(connection: Connection, config: LookaheadConfig, settings: ServeSe
     return app
 
 
-async def _stream(service: LookaheadService, prompt, config, model, kind, response_id, route, started):
+def _once(action):
+    done = threading.Lock()
+
+    def run_once():
+        if done.acquire(blocking=False):
+            action()
+
+    return run_once
+
+
+async def _stream(service: LookaheadService, prompt, config, model, kind, response_id, route, started, release):
     """Server-sent events: a chunk per kept step as it is kept, a final chunk, then [DONE]."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
@@ -358,7 +371,7 @@ async def _stream(service: LookaheadService, prompt, config, model, kind, respon
                 break
         yield "data: [DONE]\n\n"
     finally:
-        service.slots.release()
+        release()
         service.metrics.requests.labels(route, status).inc()
         service.metrics.latency.labels(route).observe(time.perf_counter() - started)
 

@@ -264,3 +264,20 @@ def test_draft_server_stopped_mid_stream_degrades():
     finally:
         for role in ("target", "judge"):
             servers[role].__exit__()
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_slot():
+    servers = make_sims(decode_ms=20.0, steps=10)
+    for s in servers.values():
+        s.__enter__()
+    try:
+        with Frontend(sim_endpoints(servers), ServeSettings(max_concurrent=1, queue_timeout_s=5)) as f:
+            for _ in range(3):  # with one slot, each of these needs the previous one's slot back
+                with requests.post(f.url + "/v1/chat/completions", stream=True, timeout=30, json={
+                        "messages": [{"role": "user", "content": "q"}], "stream": True}) as res:
+                    assert res.status_code == 200
+                    next(res.iter_lines())
+            assert f.chat().status_code == 200
+    finally:
+        for s in servers.values():
+            s.__exit__()
