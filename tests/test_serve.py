@@ -281,3 +281,36 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot():
     finally:
         for s in servers.values():
             s.__exit__()
+
+
+def test_serve_command_starts_on_loopback_and_refuses_a_busy_port(sims):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    port = free_port()
+    cli = [sys.executable, "-m", "lookahead_reasoning.runtime.cli", "serve", "--draft-url", sims["draft"].url,
+           "--target-url", sims["target"].url, "--judge-url", sims["judge"].url, "--chat-template", "chatml"]
+    proc = subprocess.Popen([*cli, "--port", str(port)], stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).ok:
+                    break
+            except requests.RequestException:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+            time.sleep(0.3)
+        res = requests.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                            json={"messages": [{"role": "user", "content": "q"}]})
+        assert res.status_code == 200
+        busy = subprocess.run([*cli, "--port", str(port)], capture_output=True, text=True, timeout=60)
+        assert busy.returncode == 1 and "already in use" in busy.stderr
+        beyond = subprocess.run([*cli, "--port", str(free_port()), "--host", "0.0.0.0"], capture_output=True,
+                                text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "LOOKAHEAD_API_KEY"})
+        assert beyond.returncode == 1 and "API key" in beyond.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(10)
