@@ -1,7 +1,7 @@
 """How many steps to draft each round: a fixed γ, or γ chosen from what the run measures.
 
 The adaptive policy keeps running estimates, across the runs of one engine, of α (per-position acceptance, with a
-Beta(1, 1) prior and exponential forgetting so it follows a change of regime), of
+Beta(½, ½) prior and exponential forgetting so it follows a change of regime), of
 c (draft time per drafted level / target time per round) and of the judge's cost j
 (judge time / target time), and picks the γ that maximizes the engine's theoretical
 speedup (eval/theory.py). When no γ beats plain AR it drafts nothing, and every
@@ -57,7 +57,7 @@ class FixedDepth:
 
 class AdaptiveDepth:
     def __init__(
-        self, mode: str, initial: int, max_depth: int, width: int = 1, forget: float = 0.8, probe_every: int = 6
+        self, mode: str, initial: int, max_depth: int, width: int = 1, forget: float = 0.9, probe_every: int = 6
     ):
         self.mode = mode
         self.width = width
@@ -73,7 +73,8 @@ class AdaptiveDepth:
 
     @property
     def alpha(self) -> float:
-        return (self.accepted + 1.0) / (self.accepted + self.rejected + 2.0)
+        # a weak prior: a strong one drags α̂ toward ½ and the chosen γ too low when α is high
+        return (self.accepted + 0.5) / (self.accepted + self.rejected + 1.0)
 
     def _choice(self) -> int:
         if self.c is None:
