@@ -243,7 +243,7 @@ def _build_tiny(folder: Path, script: str) -> None:
         model.model.norm.weight.fill_(1.0)
         head = torch.zeros(vocab, hidden)
         head[ids[0], 0] = 40.0  # default continuation: the script's first token
-        for i, (prev, nxt) in enumerate(zip(ids, ids[1:])):
+        for i, nxt in enumerate(ids[1:]):  # row of token i+1 reads the direction of token i
             head[nxt, 1:] += 100.0 / (hidden - 1) ** 0.5 * script_dirs[:, i]
         model.lm_head.weight.copy_(head)
     model.save_pretrained(folder, safe_serialization=True)
