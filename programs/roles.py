@@ -14,7 +14,6 @@ from lookahead_reasoning.programs.prompts import question_message
 from lookahead_reasoning.programs.steps import (
     Sampling,
     StepOutput,
-    chat_prefix,
     conversation_prefix,
     draft_steps,
     free_generation,
@@ -25,7 +24,7 @@ from lookahead_reasoning.programs.steps import (
 
 def render_question(backend: LookaheadEndpoint, question: str) -> str:
     """The question wrapped in the backend's chat template, up to the assistant's answer."""
-    return chat_prefix.run(message=question_message(question), backend=backend).text()
+    return render_conversation(backend, [{"role": "user", "content": question_message(question)}])
 
 
 def render_conversation(backend: LookaheadEndpoint, messages: list[dict]) -> str:

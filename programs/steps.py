@@ -127,12 +127,6 @@ def conversation_prefix(s, messages):
     s += sgl.assistant_begin()
 
 
-@sgl.function
-def chat_prefix(s, message):
-    """The prompt text up to the start of the assistant's answer, in the server's chat template."""
-    s += sgl.user(message)
-    s += sgl.assistant_begin()
-
 
 @sgl.function
 def sample_steps(s, prefix, width, delimiter, max_step_tokens, sampling):

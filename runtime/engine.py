@@ -37,7 +37,7 @@ from lookahead_reasoning.programs.steps import StepOutput
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.depth import DepthPolicy, make_depth_policy
-from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure, TimeLimitExceeded, first_line
+from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure, TimeLimitExceeded, first_line, target_failed
 from lookahead_reasoning.runtime.pipeline import run_chain_round
 from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, RunStats, StepRecord
 from lookahead_reasoning.runtime.tree import ROOT, DraftTree, draft_tree, kept_steps, target_branches, walk
@@ -66,7 +66,7 @@ def render_prompt(models: StepModels, question: str) -> str:
     try:
         return models.prompt(question)
     except Exception as error:
-        raise ServerFailure(f"the target server failed: {first_line(error)}") from None
+        raise target_failed(error) from None
 
 
 class _Run:
@@ -88,6 +88,9 @@ class _Run:
     def degrade(self, message: str, error: BaseException) -> None:
         self.drafting = False
         self.stats.degraded.append(f"{message}: {first_line(error)}")
+
+    def draft_failed(self, error: BaseException) -> None:
+        self.degrade("draft failed, continuing with target steps only", error)
 
     def result(self) -> LookaheadResult:
         stats = self.stats
@@ -165,7 +168,7 @@ class Engine:
             # after the first round the prefix was written by a target branch: already in the cache
             targets = self.models.target(run.prefix, continuations, cap, commit_prefix=not run.log)
         except Exception as error:
-            raise ServerFailure(f"the target server failed: {first_line(error)}") from None
+            raise target_failed(error) from None
         if len(targets) != len(continuations):
             raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
         for t in targets:
@@ -263,9 +266,9 @@ class SyncEngine(Engine):
                 try:
                     tree = self._draft(run.prefix, depth, cap)
                 except Exception as error:
-                    run.degrade("draft failed, continuing with target steps only", error)
+                    run.draft_failed(error)
             record = self._verify_round(run, tree, True, cap, time.perf_counter() - started, started, depth)
-            policy.observe(record, max((n.depth for n in tree.nodes), default=0))
+            policy.observe(record, tree.depth)
             if self._done(run, record):
                 return
 
@@ -326,7 +329,7 @@ class AsyncEngine(Engine):
                 try:
                     tree, draft_s = pending.result()
                 except Exception as error:
-                    run.degrade("draft failed, continuing with target steps only", error)
+                    run.draft_failed(error)
                 pending = None
                 optimistic = tree.optimistic_path()
                 ends = tree.nodes[optimistic[-1]].step if optimistic else None
@@ -334,7 +337,7 @@ class AsyncEngine(Engine):
                     pending_base = run.prefix + tree.text_of(optimistic)
                     pending = self._pool.submit(self._timed_draft, pending_base, policy.peek_depth(), cap)
             record = self._verify_round(run, tree, False, cap, draft_s, started, depth)
-            policy.observe(record, max((n.depth for n in tree.nodes), default=0))
+            policy.observe(record, tree.depth)
             if self._done(run, record):
                 return
 

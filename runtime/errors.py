@@ -13,6 +13,11 @@ class TimeLimitExceeded(LookaheadError):
     """A run went past its deadline."""
 
 
+def target_failed(error: BaseException) -> ServerFailure:
+    """The error a run ends with when the target server fails: the answer cannot be trusted."""
+    return ServerFailure(f"the target server failed: {first_line(error)}")
+
+
 def first_line(error: BaseException) -> str:
     """The first line of an error's message, for one-line reports."""
     lines = str(error).strip().splitlines()

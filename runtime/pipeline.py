@@ -21,7 +21,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from lookahead_reasoning.programs.steps import StepOutput
-from lookahead_reasoning.runtime.errors import ServerFailure, first_line
+from lookahead_reasoning.runtime.errors import target_failed
 from lookahead_reasoning.runtime.results import JudgedDraft, StepRecord
 
 
@@ -121,21 +121,25 @@ def run_chain_round(engine, run, depth: int, cap: int, pool: ThreadPoolExecutor)
     judge_s = 0.0
     budget = engine.config.max_tokens - run.stats.output_tokens
     index = len(run.log)
+
+    def keep(step: StepOutput, source: str, score: float | None = None) -> None:
+        kept.append(StepRecord(text=step.text, source=source, judge_p_yes=score, round=index))
+        outputs.append(step)
+        engine.announce(kept[-1])
+
     i = 1
     try:
         while True:
             try:
                 t_prev = pipe.target(i - 1)
             except Exception as error:
-                raise ServerFailure(f"the target server failed: {first_line(error)}") from None
+                raise target_failed(error) from None
             run.stats.target.add(t_prev.prompt_tokens, t_prev.completion_tokens, t_prev.cached_tokens)
             if not run.log and i == 1:
                 run.stats.prompt_tokens = t_prev.prompt_tokens  # t_0 of the first round: the bare prompt
             d = pipe.draft(i)
             if d is None:
-                kept.append(StepRecord(text=t_prev.text, source="target", round=index))
-                outputs.append(t_prev)
-                engine.announce(kept[-1])
+                keep(t_prev, "target")
                 break
             run.stats.draft.add(d.prompt_tokens, d.completion_tokens, d.cached_tokens)
             t0 = time.perf_counter()
@@ -144,13 +148,9 @@ def run_chain_round(engine, run, depth: int, cap: int, pool: ThreadPoolExecutor)
             judged.append(JudgedDraft(draft=d.text, target=t_prev.text, accept=verdict.accept,
                                       score=verdict.score, method=verdict.method))
             if not (verdict.accept and d.ending == t_prev.ending):
-                kept.append(StepRecord(text=t_prev.text, source="target", round=index))
-                outputs.append(t_prev)
-                engine.announce(kept[-1])
+                keep(t_prev, "target")
                 break
-            kept.append(StepRecord(text=d.text, source="draft", judge_p_yes=verdict.score, round=index))
-            outputs.append(d)
-            engine.announce(kept[-1])
+            keep(d, "draft", verdict.score)
             pipe.advance(i)
             budget -= max(1, d.completion_tokens)
             if not d.complete or budget <= 0 or not run.drafting:
@@ -159,5 +159,5 @@ def run_chain_round(engine, run, depth: int, cap: int, pool: ThreadPoolExecutor)
     finally:
         pipe.cancel()
     if pipe.draft_error is not None:
-        run.degrade("draft failed, continuing with target steps only", pipe.draft_error)
+        run.draft_failed(pipe.draft_error)
     return kept, outputs, judged, pipe, judge_s

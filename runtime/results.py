@@ -78,5 +78,6 @@ class BaselineResult(BaseModel):
     text: str
     answer: str | None
     wall_time_s: float
+    prompt_tokens: int = 0
     output_tokens: int
     finish: Literal["eos", "max_tokens"]

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lookahead_reasoning.programs.backend import BackendError
 from lookahead_reasoning.programs.roles import render_conversation
+from lookahead_reasoning.runtime.baseline import continue_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig, SamplingConfig
 from lookahead_reasoning.runtime.endpoints import ROLES, Connection
 from lookahead_reasoning.runtime.engine import make_engine
@@ -160,15 +161,14 @@ class LookaheadService:
         }
 
     def _run_ar(self, models, prompt: str, config: LookaheadConfig, on_step) -> dict:
-        started = time.perf_counter()
-        output = models.generate(prompt, config.max_tokens)
+        result = continue_baseline(models, prompt, config)
         if on_step is not None:
-            on_step(output.text)
+            on_step(result.text)
         return {
-            "text": output.text,
-            "finish_reason": "stop" if output.ending == "eos" else "length",
-            "usage": _usage(output.prompt_tokens, output.completion_tokens),
-            "lookahead": {"mode": "ar", "wall_time_s": time.perf_counter() - started},
+            "text": result.text,
+            "finish_reason": "stop" if result.finish == "eos" else "length",
+            "usage": _usage(result.prompt_tokens, result.output_tokens),
+            "lookahead": {"mode": "ar", "wall_time_s": result.wall_time_s},
         }
 
     @staticmethod

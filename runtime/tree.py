@@ -36,6 +36,11 @@ class Node:
 class DraftTree:
     nodes: list[Node]
 
+    @property
+    def depth(self) -> int:
+        """Levels drafted (0 for an empty tree)."""
+        return max((n.depth for n in self.nodes), default=0)
+
     def children(self, parent: int) -> list[int]:
         return [i for i, n in enumerate(self.nodes) if n.parent == parent]
 
