@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from lookahead_reasoning.programs.backend import LookaheadEndpoint
 from lookahead_reasoning.programs.judge import JudgeAnswer, judge
 from lookahead_reasoning.programs.prompts import question_message
+from lookahead_reasoning.programs.score import Score, score_answer, score_steps
 from lookahead_reasoning.programs.steps import (
     Sampling,
     StepOutput,
@@ -106,3 +107,15 @@ class SGLangRoles:
             prefix=prefix, max_tokens=max_tokens, sampling=self.target_sampling, backend=self.target_backend
         )
         return state.get_var("output")
+
+
+def score_steps_on(backend: LookaheadEndpoint, context: str, steps: list[str]) -> list[Score]:
+    """The backend's model rates each proposed next step 0-9 (SpecReason-style verification)."""
+    if not steps:
+        return []
+    return score_steps.run(context=context, steps=list(steps), backend=backend).get_var("scores")
+
+
+def score_answer_on(backend: LookaheadEndpoint, question: str, answer: str, reference: str | None = None) -> Score:
+    """The backend's model grades an answer 1-10 (MT-Bench)."""
+    return score_answer.run(question=question, answer=answer, reference=reference, backend=backend).get_var("score")

@@ -13,18 +13,17 @@ from typing import Optional
 
 import click
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
+from lookahead_reasoning.eval.commands import eval_command, sweep_command, verifiers_app
 from lookahead_reasoning.runtime import models as offline_models
-from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.display import RoundPrinter, print_answer, print_comparison, run_json
 from lookahead_reasoning.runtime.endpoints import (
-    Endpoints,
     default_endpoints_path,
     load_endpoints,
     save_endpoints,
 )
+from lookahead_reasoning.runtime.cli_common import depth_options, endpoints_from, err, floats_option, make_config, validated
 from lookahead_reasoning.runtime.errors import LookaheadError, first_line
 from lookahead_reasoning.runtime.launcher import ServerGroup, stop_launcher
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
@@ -35,48 +34,14 @@ app = typer.Typer(
 )
 models_app = typer.Typer(help="Offline models for machines without the Hugging Face hub.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
-err = Console(stderr=True)
+app.add_typer(verifiers_app, name="verifiers")
+app.command("eval")(eval_command)
+app.command("sweep")(sweep_command)
 
 DEMO_QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
     "How many clips did Natalia sell altogether in April and May?"
 )
-
-
-def _validated(model, **values):
-    """Build a pydantic model from user input; a validation error becomes one line."""
-    try:
-        return model(**values)
-    except ValidationError as error:
-        problem = error.errors()[0]
-        where = ".".join(map(str, problem["loc"]))
-        message = problem["msg"].removeprefix("Value error, ")
-        raise LookaheadError(f"invalid {where + ': ' if where else 'value: '}{message}") from None
-
-
-def _config(**values) -> LookaheadConfig:
-    return _validated(LookaheadConfig, **values)
-
-
-def _depth_options(depth: str) -> dict:
-    """`--depth N` or `--depth adaptive` (which starts at the default γ)."""
-    if depth == "adaptive":
-        return {"adaptive_depth": True}
-    try:
-        return {"depth": int(depth)}
-    except ValueError:
-        raise LookaheadError(f"depth must be a number or 'adaptive', got {depth!r}") from None
-
-
-def _endpoints(path: Optional[Path], draft_url, target_url, judge_url, chat_template) -> Endpoints:
-    if draft_url or target_url or judge_url:
-        if not (draft_url and target_url):
-            raise LookaheadError("give --draft-url and --target-url (and optionally --judge-url), or --endpoints")
-        try:
-            return Endpoints.from_urls(draft_url, target_url, judge_url, chat_template)
-        except ValidationError as error:
-            raise LookaheadError(f"bad URL: {error.errors()[0]['msg']}") from None
-    return load_endpoints(path or default_endpoints_path())
 
 
 @app.command()
@@ -92,7 +57,8 @@ def run(
     engine: str = typer.Option("sync", help="sync, or async (drafting overlaps verification)"),
     max_tokens: int = typer.Option(1024, help="cap on the answer's tokens"),
     max_step_tokens: int = typer.Option(100, help="cap on one step's tokens"),
-    threshold: float = typer.Option(0.8, help="judge accepts when P(yes) >= this"),
+    verifier: str = typer.Option("llm-judge", help="llm-judge, exact, embedding, embedding-numbers, random, target-score"),
+    threshold: Optional[float] = typer.Option(None, help="verifier threshold (default: calibrated, else the verifier's default)"),
     temperature: float = typer.Option(0.0, help="sampling temperature of draft and target"),
     timeout: float = typer.Option(300.0, help="seconds one server request may take"),
     baseline: bool = typer.Option(False, "--baseline", help="also run the target alone (AR) and report the speedup"),
@@ -102,11 +68,11 @@ def run(
     if not question.strip():
         raise LookaheadError("the question is empty")
     sampling = {"temperature": temperature}
-    config = _config(
-        **_depth_options(depth), width=width, engine=engine, max_tokens=max_tokens, max_step_tokens=max_step_tokens, judge_threshold=threshold,
-        draft_sampling=sampling, target_sampling=sampling, request_timeout_s=timeout,
+    config = make_config(
+        **depth_options(depth), width=width, engine=engine, max_tokens=max_tokens, max_step_tokens=max_step_tokens, judge_threshold=threshold,
+        verifier=verifier, draft_sampling=sampling, target_sampling=sampling, request_timeout_s=timeout,
     )
-    reasoner = LookaheadReasoner(_endpoints(endpoints, draft_url, target_url, judge_url, chat_template), config)
+    reasoner = LookaheadReasoner(endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template), config)
     printer = RoundPrinter(err)
     result = reasoner.run(question, on_round=printer)
     base = None
@@ -191,7 +157,7 @@ def demo(
 ):
     """Prepare models, launch servers, answer one question with LR and with AR, and stop."""
     started = time.perf_counter()
-    config = _config(depth=depth, max_tokens=max_tokens, max_step_tokens=max_step_tokens, judge_threshold=threshold)
+    config = make_config(depth=depth, max_tokens=max_tokens, max_step_tokens=max_step_tokens, judge_threshold=threshold)
     group = ServerGroup(draft, target, device=device, log=lambda m: err.print(m))
     try:
         with err.status("preparing models and starting servers (about a minute per server on a CPU)…"):
@@ -213,13 +179,6 @@ def demo(
     finally:
         group.stop()
     err.print(f"demo finished in {time.perf_counter() - started:.0f} s")
-
-
-def _floats(text: str, name: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise LookaheadError(f"--{name} takes comma-separated numbers, got {text!r}") from None
 
 
 @app.command()
@@ -256,17 +215,17 @@ def bench(
     grid = Grid.quick() if quick else Grid()
     overrides = {}
     if alphas:
-        overrides["alphas"] = _floats(alphas, "alphas")
+        overrides["alphas"] = floats_option(alphas, "alphas")
     if cs:
-        overrides["cs"] = _floats(cs, "cs")
+        overrides["cs"] = floats_option(cs, "cs")
     if widths:
-        overrides["widths"] = [int(w) for w in _floats(widths, "widths")]
+        overrides["widths"] = [int(w) for w in floats_option(widths, "widths")]
     if engines:
         overrides["engines"] = [e.strip() for e in engines.split(",")]
     if depths:
         overrides["depths"] = [d.strip() for d in depths.split(",")]
-    grid = _validated(Grid, **{**grid.model_dump(), **overrides})
-    latency = _validated(LatencyModel, problems=problems, target_decode_ms=target_ms, judge_decode_ms=target_ms / 2)
+    grid = validated(Grid, **{**grid.model_dump(), **overrides})
+    latency = validated(LatencyModel, problems=problems, target_decode_ms=target_ms, judge_decode_ms=target_ms / 2)
     total = len(grid.alphas) * len(grid.cs) * len(grid.depths) * len(grid.engines) * len(grid.widths)
     from rich.progress import Progress
 
@@ -326,7 +285,7 @@ def serve(
     engine: str = typer.Option("sync", help="sync or async"),
     depth: str = typer.Option("4", help="γ, or 'adaptive'"),
     width: int = typer.Option(1, help="W: draft candidates per position"),
-    threshold: float = typer.Option(0.8, help="judge accepts when P(yes) >= this"),
+    threshold: Optional[float] = typer.Option(None, help="judge threshold on P(yes) (default: calibrated, else 0.8)"),
     max_concurrent: int = typer.Option(4, help="requests that run at once; the rest wait"),
     queue_timeout: float = typer.Option(30.0, help="seconds a request may wait for a slot before 429"),
     request_timeout: float = typer.Option(600.0, help="seconds a request may run before 504"),
@@ -339,13 +298,13 @@ def serve(
     from lookahead_reasoning.runtime.serve import ServeSettings
     from lookahead_reasoning.runtime.serve import serve as run_server
 
-    config = _config(**_depth_options(depth), width=width, engine=engine, judge_threshold=threshold,
+    config = make_config(**depth_options(depth), width=width, engine=engine, judge_threshold=threshold,
                      max_tokens=max_tokens_cap, request_timeout_s=min(request_timeout, 300.0))
-    settings = _validated(ServeSettings, max_concurrent=max_concurrent, queue_timeout_s=queue_timeout,
+    settings = validated(ServeSettings, max_concurrent=max_concurrent, queue_timeout_s=queue_timeout,
                           request_timeout_s=request_timeout, max_tokens_cap=max_tokens_cap, api_key=api_key)
     if port_in_use(port, host):
         raise LookaheadError(f"port {port} is already in use")
-    connection = Connection(_endpoints(endpoints, draft_url, target_url, judge_url, chat_template), config)
+    connection = Connection(endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template), config)
     err.print(f"serving lookahead reasoning on http://{host}:{port}/v1 (models: lookahead, target)")
     run_server(connection, config, settings, host, port)
 
@@ -366,7 +325,7 @@ def simserver(
     from lookahead_reasoning.eval.simserver import SimConfig, serve
     from lookahead_reasoning.runtime.launcher import port_in_use
 
-    config = _validated(SimConfig, role=role, decode_ms=decode_ms, batch_slope=batch_slope, prefill_ms=prefill_ms,
+    config = validated(SimConfig, role=role, decode_ms=decode_ms, batch_slope=batch_slope, prefill_ms=prefill_ms,
                         step_tokens=step_tokens, steps=steps, alpha=alpha, seed=seed)
     if port_in_use(port):
         raise LookaheadError(f"port {port} is already in use")
@@ -376,7 +335,11 @@ def simserver(
 def main() -> None:
     warnings.filterwarnings("ignore", message="Error in stream_executor")
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # typer turns Ctrl-C into a returned 130 here, not an exception
+        if isinstance(code, int) and code:
+            if code == 130:
+                err.print("interrupted")
+            sys.exit(code)
     except LookaheadError as error:
         err.print(f"[red]error:[/] {error}", highlight=False, soft_wrap=True)
         sys.exit(1)

@@ -36,7 +36,15 @@ class LookaheadConfig(BaseModel):
     max_tokens: int = Field(1024, ge=1, description="cap on the tokens of the whole answer")
     draft_sampling: SamplingConfig = SamplingConfig()
     target_sampling: SamplingConfig = SamplingConfig()
-    judge_threshold: float = Field(0.8, ge=0.0, le=1.0, description="accept when P(yes) >= this")
+    verifier: Literal["llm-judge", "exact", "embedding", "embedding-numbers", "random", "target-score"] = Field(
+        "llm-judge", description="who decides that a draft step means the same as the target's"
+    )
+    judge_threshold: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="accept when the verifier's score (P(yes) for the LLM judge) >= this; "
+        "None: a saved calibration for this verifier and model, else the verifier's default",
+    )
+    embedding_model: str | None = Field(None, description="sentence-transformers path for the embedding verifiers")
     seed: int | None = Field(None, description="sent as SGLang's sampling_seed when sampling (temperature > 0)")
     request_timeout_s: float = Field(300.0, gt=0.0, description="limit on one HTTP request to a server")
 

@@ -17,7 +17,8 @@ from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
 from lookahead_reasoning.programs.roles import SGLangRoles
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.errors import LookaheadError
-from lookahead_reasoning.verifiers import FastPathVerifier, LLMJudgeVerifier
+from lookahead_reasoning.verifiers.base import Verifier
+from lookahead_reasoning.verifiers.registry import make_verifier
 
 ROLES = ("draft", "target", "judge")
 
@@ -119,5 +120,11 @@ class Connection:
             target_sampling=config.target_sampling.to_program(),
         )
 
-    def verifier_for(self, config: LookaheadConfig) -> FastPathVerifier:
-        return FastPathVerifier(LLMJudgeVerifier(self.backends["judge"], config.judge_threshold))
+    def verifier_for(self, config: LookaheadConfig) -> Verifier:
+        try:
+            return make_verifier(
+                config.verifier, config.judge_threshold, judge_backend=self.backends["judge"],
+                target_backend=self.backends["target"], embedding_model=config.embedding_model, seed=config.seed,
+            )
+        except (ValueError, OSError) as error:
+            raise LookaheadError(f"verifier {config.verifier}: {error}") from None

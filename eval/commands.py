@@ -1,0 +1,269 @@
+"""The evaluation commands: `lookahead eval`, `lookahead sweep`, `lookahead verifiers evaluate|calibrate`."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from lookahead_reasoning.runtime.cli_common import depth_options, endpoints_from, err, make_config
+from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.endpoints import Connection, Endpoints
+from lookahead_reasoning.runtime.errors import LookaheadError
+
+verifiers_app = typer.Typer(help="Verifier studies on labelled step pairs.", no_args_is_help=True)
+
+ENDPOINT_HELP = "endpoints file written by `lookahead launch`"
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("ETA"), TimeRemainingColumn(), console=err,
+    )
+
+
+@contextmanager
+def servers(sim: bool, sim_alpha: float, sim_c: float, sim_target_ms: float, endpoints, draft_url, target_url,
+            judge_url, chat_template) -> Iterator[Endpoints]:
+    """Real servers from an endpoints file or URLs, or three simulated ones started here."""
+    if not sim:
+        yield endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)
+        return
+    from lookahead_reasoning.eval.bench import LatencyModel, SimCluster
+
+    with SimCluster(LatencyModel(target_decode_ms=sim_target_ms, judge_decode_ms=sim_target_ms / 2)) as cluster:
+        cluster.configure(sim_alpha, sim_c)
+        yield cluster.endpoints()
+
+
+def run_with_progress(problems, methods, endpoints, out, settings, samples, label: str, grade_answers: bool = True):
+    from lookahead_reasoning.eval.runner import run_eval
+
+    with progress_bar() as bar:
+        task = bar.add_task(label, total=None)
+
+        def advance(record, amount, total):
+            if record is None:
+                bar.update(task, total=total, completed=amount)
+                return
+            mark = {True: "right", False: "wrong", None: "ungraded"}[record.correct]
+            bar.update(task, advance=amount, description=f"{label} · {record.problem_id} {record.method}: {mark}")
+
+        return run_eval(problems, methods, endpoints, out, settings, samples, progress=advance,
+                        grade_answers=grade_answers)
+
+
+def eval_command(
+    dataset: str = typer.Option(..., help="gsm8k, math500, aime24, amc23, gpqa_diamond, humaneval, livecodebench, mt_bench"),
+    data: Optional[Path] = typer.Option(None, help="local JSON Lines file (default: the Hugging Face hub)"),
+    methods: str = typer.Option("ar,lr", help="comma-separated: ar, lr, lr-async, draft"),
+    limit: Optional[int] = typer.Option(None, help="the first N problems"),
+    samples: int = typer.Option(1, help="runs per problem and method (seeds differ when sampling)"),
+    verifier: str = typer.Option("llm-judge", help="exact, llm-judge, embedding, embedding-numbers, random, target-score"),
+    threshold: Optional[float] = typer.Option(None, help="verifier threshold (default: calibrated, else the verifier's default)"),
+    out: Path = typer.Option(..., help="folder for results.jsonl and the report"),
+    endpoints: Optional[Path] = typer.Option(None, help=ENDPOINT_HELP),
+    draft_url: Optional[str] = typer.Option(None, help="draft SGLang server URL"),
+    target_url: Optional[str] = typer.Option(None, help="target SGLang server URL"),
+    judge_url: Optional[str] = typer.Option(None, help="judge SGLang server URL (default: the target's)"),
+    chat_template: Optional[str] = typer.Option(None, help="SGLang chat template name for --*-url servers"),
+    depth: str = typer.Option("4", help="γ, or 'adaptive'"),
+    width: int = typer.Option(1, help="W: draft candidates per position"),
+    max_tokens: int = typer.Option(1024, help="cap on an answer's tokens"),
+    max_step_tokens: int = typer.Option(100, help="cap on one step's tokens"),
+    temperature: float = typer.Option(0.0, help="sampling temperature of draft and target"),
+    seed: Optional[int] = typer.Option(None, help="sampling seed (sample k uses seed + k)"),
+    timeout: float = typer.Option(300.0, help="seconds one server request may take"),
+):
+    """Evaluate methods on a benchmark: accuracy, acceptance, speedup against AR, tokens/s."""
+    from lookahead_reasoning.eval.datasets import dataset_spec, load_problems
+    from lookahead_reasoning.eval.report import markdown_report, write_report
+    from lookahead_reasoning.eval.runner import parse_methods
+
+    spec = dataset_spec(dataset)
+    if limit is not None and limit < 1:
+        raise LookaheadError("--limit must be >= 1")
+    sampling = {"temperature": temperature}
+    config = make_config(
+        **depth_options(depth), width=width, max_tokens=max_tokens, max_step_tokens=max_step_tokens,
+        verifier=verifier, judge_threshold=threshold, draft_sampling=sampling, target_sampling=sampling,
+        seed=seed, request_timeout_s=timeout,
+    )
+    method_specs = parse_methods(methods, config)
+    problems = load_problems(dataset, data, limit)
+    server_set = endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)
+    settings = {"dataset": dataset, "data": str(data) if data else spec.hf_id,
+                "config": config.model_dump(exclude={"request_timeout_s"})}
+    records = run_with_progress(problems, method_specs, server_set, out, settings, samples, dataset)
+    title = f"{dataset}: {len(problems)} problems × {samples} sample(s)"
+    notes = [spec.note] if spec.note else []
+    summaries = write_report(records, [m.name for m in method_specs], out, title, notes)
+    print(markdown_report(summaries, title, notes))
+    err.print(f"results in {out / 'results.jsonl'}; report in {out / 'report.md'}, report.json, report.png")
+
+
+def _verifier_connection(name: str, endpoints, judge_url, target_url, chat_template, timeout) -> Connection | None:
+    if name not in ("llm-judge", "target-score"):
+        return None
+    url = judge_url if name == "llm-judge" else target_url
+    if url:
+        server_set = Endpoints.from_urls(url, url, url, chat_template)
+    else:
+        server_set = endpoints_from(endpoints, None, None, None, chat_template)
+    return Connection(server_set, LookaheadConfig(verifier="exact", request_timeout_s=timeout))
+
+
+def _build_verifier(name, threshold, endpoints, judge_url, target_url, chat_template, embedding_model, timeout):
+    from lookahead_reasoning.verifiers.registry import VERIFIER_NAMES, make_verifier, verifier_model
+
+    if name not in VERIFIER_NAMES:
+        raise LookaheadError(f"unknown verifier {name!r}; known: {', '.join(VERIFIER_NAMES)}")
+    connection = _verifier_connection(name, endpoints, judge_url, target_url, chat_template, timeout)
+    backends = connection.backends if connection else {}
+    try:
+        verifier = make_verifier(name, threshold, judge_backend=backends.get("judge"),
+                                 target_backend=backends.get("target"), embedding_model=embedding_model)
+    except (ValueError, OSError) as error:
+        raise LookaheadError(f"verifier {name}: {error}") from None
+    model = verifier_model(name, backends.get("judge"), backends.get("target"), embedding_model)
+    return verifier, model
+
+
+@verifiers_app.command("evaluate")
+def verifiers_evaluate(
+    pairs: Path = typer.Option(..., help="JSON lines {step_a, step_b, equivalent}"),
+    verifier: str = typer.Option(..., help="exact, embedding, embedding-numbers, random, target-score, llm-judge"),
+    threshold: Optional[float] = typer.Option(None, help="default: calibrated, else the verifier's default"),
+    endpoints: Optional[Path] = typer.Option(None, help=ENDPOINT_HELP + " (llm-judge, target-score)"),
+    judge_url: Optional[str] = typer.Option(None, help="judge server URL (llm-judge)"),
+    target_url: Optional[str] = typer.Option(None, help="target server URL (target-score)"),
+    chat_template: Optional[str] = typer.Option(None, help="SGLang chat template name for the URL"),
+    embedding_model: Optional[str] = typer.Option(None, help="sentence-transformers path (embedding verifiers)"),
+    timeout: float = typer.Option(300.0, help="seconds one server request may take"),
+    as_json: bool = typer.Option(False, "--json", help='print {"precision", "recall", "accuracy", "threshold", "n"}'),
+):
+    """Precision, recall and accuracy of a verifier on labelled pairs."""
+    from lookahead_reasoning.eval.verifier_study import evaluate, load_pairs
+
+    labelled = load_pairs(pairs)
+    built, _ = _build_verifier(verifier, threshold, endpoints, judge_url, target_url, chat_template,
+                               embedding_model, timeout)
+    inner = getattr(built, "inner", built)
+    result = evaluate(built, labelled, getattr(inner, "threshold", None))
+    if as_json:
+        print(result.model_dump_json())
+        return
+
+    def pct(v):
+        return "n/a" if v is None else f"{v:.3f}"
+
+    threshold_text = "n/a" if result.threshold is None else f"{result.threshold:.3f}"
+    print(f"{verifier}: precision {pct(result.precision)}, recall {pct(result.recall)}, "
+          f"accuracy {result.accuracy:.3f}, threshold {threshold_text}, n {result.n}")
+
+
+@verifiers_app.command("calibrate")
+def verifiers_calibrate(
+    pairs: Path = typer.Option(..., help="JSON lines {step_a, step_b, equivalent}"),
+    verifier: str = typer.Option("llm-judge", help="llm-judge, target-score, embedding, embedding-numbers"),
+    min_precision: float = typer.Option(0.9, help="the precision the threshold must keep"),
+    endpoints: Optional[Path] = typer.Option(None, help=ENDPOINT_HELP),
+    judge_url: Optional[str] = typer.Option(None, help="judge server URL (llm-judge)"),
+    target_url: Optional[str] = typer.Option(None, help="target server URL (target-score)"),
+    chat_template: Optional[str] = typer.Option(None, help="SGLang chat template name for the URL"),
+    embedding_model: Optional[str] = typer.Option(None, help="sentence-transformers path (embedding verifiers)"),
+    timeout: float = typer.Option(300.0, help="seconds one server request may take"),
+    as_json: bool = typer.Option(False, "--json", help="print the calibration as JSON"),
+):
+    """Pick the threshold with the best accuracy at precision >= --min-precision, and save it for run and eval."""
+    from lookahead_reasoning.eval.verifier_study import calibrate, judge_all, load_pairs
+    from lookahead_reasoning.verifiers.calibration import save_calibration
+
+    if verifier in ("random", "exact"):
+        raise LookaheadError(f"verifier {verifier} has no score to calibrate")
+    if not 0.0 < min_precision <= 1.0:
+        raise LookaheadError("--min-precision must lie in (0, 1]")
+    labelled = load_pairs(pairs)
+    built, model = _build_verifier(verifier, 0.5, endpoints, judge_url, target_url, chat_template,
+                                   embedding_model, timeout)
+    calibration = calibrate(labelled, judge_all(built, labelled), str(pairs), min_precision)
+    path = save_calibration(verifier, model, calibration)
+    if as_json:
+        print(json.dumps({"verifier": verifier, "model": model, **calibration.model_dump()}))
+    else:
+        met = "" if calibration.met_precision else f" (no threshold reached precision {min_precision}; kept the most precise)"
+        print(f"{verifier} on {model}: threshold {calibration.threshold:.3f}, precision {calibration.precision}, "
+              f"recall {calibration.recall}, accuracy {calibration.accuracy:.3f}, n {calibration.n}{met}")
+    err.print(f"saved to {path}; run, eval and serve use it when no --threshold is given")
+
+
+def _ints(text: str, name: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise LookaheadError(f"--{name} takes comma-separated whole numbers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise LookaheadError(f"--{name} needs numbers >= 1, got {text!r}")
+    return list(dict.fromkeys(values))
+
+
+def sweep_command(
+    dataset: str = typer.Option(..., help="a dataset name, as for `lookahead eval`"),
+    width: str = typer.Option("1,2,4", help="tree widths W, comma-separated"),
+    depth: str = typer.Option("1,2,4,6", help="depths γ, comma-separated"),
+    data: Optional[Path] = typer.Option(None, help="local JSON Lines file (default: the Hugging Face hub)"),
+    limit: Optional[int] = typer.Option(None, help="the first N problems"),
+    out: Path = typer.Option(..., help="folder for results.jsonl, sweep.md and plots"),
+    sim: bool = typer.Option(False, "--sim", help="simulated servers with GPU-like timing (accuracy is n/a)"),
+    sim_alpha: float = typer.Option(0.6, help="--sim: the simulated judge's acceptance rate"),
+    sim_c: float = typer.Option(0.1, help="--sim: draft time per token / target time per token"),
+    sim_target_ms: float = typer.Option(20.0, help="--sim: target decode time per token (ms); the judge's is half"),
+    engine: str = typer.Option("sync", help="sync or async"),
+    verifier: str = typer.Option("llm-judge", help="exact, llm-judge, embedding, embedding-numbers, random, target-score"),
+    threshold: Optional[float] = typer.Option(None, help="verifier threshold (default: calibrated, else the verifier's default)"),
+    endpoints: Optional[Path] = typer.Option(None, help=ENDPOINT_HELP),
+    draft_url: Optional[str] = typer.Option(None, help="draft SGLang server URL"),
+    target_url: Optional[str] = typer.Option(None, help="target SGLang server URL"),
+    judge_url: Optional[str] = typer.Option(None, help="judge SGLang server URL (default: the target's)"),
+    chat_template: Optional[str] = typer.Option(None, help="SGLang chat template name for --*-url servers"),
+    max_tokens: int = typer.Option(1024, help="cap on an answer's tokens"),
+    max_step_tokens: int = typer.Option(100, help="cap on one step's tokens"),
+    max_tree_nodes: int = typer.Option(32, help="budget of draft nodes per round for W > 1"),
+    seed: int = typer.Option(1, help="sampling seed of the tree's draft candidates"),
+    timeout: float = typer.Option(300.0, help="seconds one server request may take"),
+):
+    """Sweep tree width against depth (the paper's Table 3): accuracy / acceptance / speedup per cell."""
+    from lookahead_reasoning.eval.datasets import dataset_spec, load_problems
+    from lookahead_reasoning.eval.report import write_report
+    from lookahead_reasoning.eval.sweep import plot_sweep, sweep_methods, table3
+
+    spec = dataset_spec(dataset)
+    widths, depths = _ints(width, "width"), _ints(depth, "depth")
+    if sim and not (0.0 < sim_alpha < 1.0 and sim_c > 0.0 and sim_target_ms > 0.0):
+        raise LookaheadError("--sim-alpha must lie in (0, 1), and --sim-c and --sim-target-ms must be > 0")
+    config = make_config(
+        max_tokens=max_tokens, max_step_tokens=max_step_tokens, engine=engine, verifier=verifier,
+        judge_threshold=threshold, max_tree_nodes=max_tree_nodes, seed=seed, request_timeout_s=timeout,
+    )
+    methods = sweep_methods(widths, depths, config)
+    problems = load_problems(dataset, data, limit)
+    settings = {"dataset": dataset, "data": str(data) if data else spec.hf_id,
+                "config": config.model_dump(exclude={"request_timeout_s", "width", "depth"}),
+                "sim": {"alpha": sim_alpha, "c": sim_c, "target_ms": sim_target_ms} if sim else None}
+    with servers(sim, sim_alpha, sim_c, sim_target_ms, endpoints, draft_url, target_url, judge_url, chat_template) as server_set:
+        records = run_with_progress(problems, methods, server_set, out, settings, 1, f"sweep {dataset}",
+                                    grade_answers=not sim)
+    where = f"simulated servers (α = {sim_alpha}, c = {sim_c})" if sim else "real servers"
+    title = f"{dataset}: W × γ sweep, {len(problems)} problems, {engine} engine, {where}"
+    notes = ["simulated servers write synthetic text: accuracy is n/a"] if sim else ([spec.note] if spec.note else [])
+    summaries = write_report(records, [m.name for m in methods], out, title, notes)
+    table = table3(summaries, widths, depths)
+    (out / "sweep.md").write_text(f"# {title}\n\n" + "".join(f"> {n}\n" for n in notes) + "\n" + table)
+    plot_sweep(summaries, widths, depths, out / "sweep.png", title)
+    print(table)
+    err.print(f"results in {out / 'results.jsonl'}; table in {out / 'sweep.md'}; plots in sweep.png and report.png")

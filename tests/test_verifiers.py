@@ -1,0 +1,123 @@
+"""Verifiers beyond the LLM judge, their metrics on a small labelled set, and calibration."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lookahead_reasoning.eval.verifier_study import LabelledPair, calibrate, evaluate, judge_all, load_pairs, metrics
+from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.verifiers.base import Verdict
+from lookahead_reasoning.verifiers.calibration import Calibration, load_calibration, save_calibration
+from lookahead_reasoning.verifiers.embedding import numbers_in
+from lookahead_reasoning.verifiers.registry import DEFAULT_THRESHOLDS, make_verifier, resolve_threshold
+
+PAIRS = [
+    ("First, 16 - 3 - 4 = 9 eggs are left.", "She has 16 eggs and uses 3 and 4, so 9 eggs remain.", True),
+    ("First, 16 - 3 - 4 = 9 eggs are left.", "She has 16 eggs and uses 3 and 4, so 7 eggs remain.", False),
+    ("Half of 48 is 48/2 = 24 clips.", "She sold half as many: 48/2 = 24 clips in May.", True),
+    ("Half of 48 is 48/2 = 24 clips.", "She sold twice as many: 48*2 = 96 clips in May.", False),
+    ("The total is 48 + 24 = 72.", "Adding April and May gives 48 + 24 = 72 clips.", True),
+    ("The total is 48 + 24 = 72.", "The weather in Paris is mild in spring.", False),
+]
+LABELLED = [LabelledPair(step_a=a, step_b=b, equivalent=e) for a, b, e in PAIRS]
+
+
+@pytest.fixture(autouse=True)
+def calibration_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOOKAHEAD_CALIBRATION", str(tmp_path / "calibration.json"))
+
+
+def test_metrics_count_equivalent_as_positive():
+    m = metrics([True, True, False, False], [True, False, True, False], 0.5)
+    assert (m.precision, m.recall, m.accuracy, m.threshold, m.n) == (0.5, 0.5, 0.5, 0.5, 4)
+    assert metrics([False], [False], None).precision is None
+
+
+def test_numbers_are_normalized():
+    assert numbers_in("48/2 = 24, so $1,000.0 in total") == {"48", "2", "24", "1000"}
+    assert numbers_in("step 3.50 and x2") == {"3.5"}
+
+
+def test_embedding_verifiers_on_labelled_pairs():
+    embedding = make_verifier("embedding", 0.5, fast_path=False)
+    scores = [v.score for v in judge_all(embedding, LABELLED)]
+    assert all(-1.0 <= s <= 1.0 for s in scores)
+    assert scores[5] < 0.3 < scores[2]  # unrelated vs paraphrase
+    assert scores[3] > 0.6  # cosine alone cannot see 24 vs 96
+    numbers = make_verifier("embedding-numbers", 0.5, fast_path=False)
+    result = evaluate(numbers, LABELLED, 0.5)
+    assert (result.precision, result.recall, result.accuracy, result.n) == (1.0, 1.0, 1.0, 6)
+    plain = evaluate(embedding, LABELLED, 0.5)
+    assert plain.precision < 1.0 and plain.recall == 1.0  # it accepts the wrong-number pairs
+
+
+def test_random_accepts_at_its_rate_and_exact_only_equal_steps():
+    verifier = make_verifier("random", 0.3)
+    verdicts = verifier.verify("", [("a", "b")] * 2000)
+    assert 0.25 < sum(v.accept for v in verdicts) / 2000 < 0.35
+    again = make_verifier("random", 0.3).verify("", [("a", "b")] * 50)
+    assert [v.accept for v in again] == [v.accept for v in verdicts[:50]]  # seeded
+    exact = make_verifier("exact")
+    assert [v.accept for v in exact.verify("", [("A  b", "a b"), ("a", "b")])] == [True, False]
+
+
+def test_calibration_keeps_precision_and_is_found_again():
+    labels = [True, True, True, False, False, True]
+    verdicts = [Verdict(True, s, "llm-judge") for s in (0.95, 0.9, 0.7, 0.85, 0.3, 0.6)]
+    pairs = [LabelledPair(step_a="a", step_b="b", equivalent=y) for y in labels]
+    chosen = calibrate(pairs, verdicts, "pairs.jsonl", min_precision=0.9)
+    # 0.6 would accept the 0.85 negative (precision 0.8); 0.86..0.9 keeps precision 1.0 with recall 0.5
+    assert chosen.threshold == 0.9 and chosen.precision == 1.0 and chosen.recall == 0.5 and chosen.met_precision
+    loose = calibrate(pairs, verdicts, "pairs.jsonl", min_precision=0.75)
+    assert loose.threshold == 0.6 and loose.accuracy == 5 / 6
+    exact_verdicts = [Verdict(True, 1.0, "exact")] + verdicts[1:]
+    assert calibrate(pairs, exact_verdicts, "p", 0.99).threshold <= 1.0
+    save_calibration("llm-judge", "model-x", chosen)
+    assert load_calibration("llm-judge", "model-x").threshold == 0.9
+    assert load_calibration("llm-judge", "model-y") is None
+    assert resolve_threshold("llm-judge", None, "model-x") == 0.9
+    assert resolve_threshold("llm-judge", 0.4, "model-x") == 0.4
+    assert resolve_threshold("llm-judge", None, "model-y") == DEFAULT_THRESHOLDS["llm-judge"]
+
+
+def test_unknown_verifier_and_bad_pair_files(tmp_path):
+    with pytest.raises(ValueError, match="unknown verifier"):
+        make_verifier("oracle")
+    bad = tmp_path / "pairs.jsonl"
+    bad.write_text('{"step_a": "a", "step_b": "b", "equivalent": true}\n{"step_a": "a"}\n')
+    with pytest.raises(LookaheadError, match=r"pairs.jsonl:2: a pair needs"):
+        load_pairs(bad)
+    bad.write_text('{"step_a": "a", "step_b": "b", "equivalent": "yes"}\n')
+    with pytest.raises(LookaheadError, match="true or false"):
+        load_pairs(bad)
+
+
+def cli(*args, env_extra=None):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "lookahead_reasoning.runtime.cli", *args],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_verifiers_cli_evaluate_and_calibrate(tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"step_a": a, "step_b": b, "equivalent": e}) + "\n" for a, b, e in PAIRS))
+    env = {"LOOKAHEAD_CALIBRATION": str(tmp_path / "cal.json")}
+    done = cli("verifiers", "evaluate", "--pairs", str(pairs), "--verifier", "embedding-numbers", "--json", env_extra=env)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result) == {"precision", "recall", "accuracy", "threshold", "n"} and result["n"] == 6
+    assert result["threshold"] == DEFAULT_THRESHOLDS["embedding-numbers"]
+    calibrated = cli("verifiers", "calibrate", "--pairs", str(pairs), "--verifier", "embedding", "--json", env_extra=env)
+    assert calibrated.returncode == 0, calibrated.stderr
+    saved = json.loads((tmp_path / "cal.json").read_text())
+    (key,) = saved
+    assert key.startswith("embedding@") and Calibration.model_validate(saved[key]).n == 6
+    again = cli("verifiers", "evaluate", "--pairs", str(pairs), "--verifier", "embedding", "--json", env_extra=env)
+    assert json.loads(again.stdout)["threshold"] == saved[key]["threshold"]  # found where run and eval look
+    refused = cli("verifiers", "calibrate", "--pairs", str(pairs), "--verifier", "random", env_extra=env)
+    assert refused.returncode == 1 and "no score to calibrate" in refused.stderr
+    unknown = cli("verifiers", "evaluate", "--pairs", str(pairs), "--verifier", "nope", env_extra=env)
+    assert unknown.returncode == 1 and "unknown verifier 'nope'" in unknown.stderr

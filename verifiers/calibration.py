@@ -1,0 +1,64 @@
+"""Calibrated thresholds: chosen on a labelled set, saved per (verifier, model), found by run and eval.
+
+The file is JSON, `{"<verifier>@<model>": {"threshold": ..., "precision": ..., ...}}`, at
+$LOOKAHEAD_CALIBRATION, or calibration.json under $LOOKAHEAD_CACHE (default
+~/.cache/lookahead-reasoning).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel
+
+
+class Calibration(BaseModel):
+    threshold: float
+    precision: float | None
+    recall: float | None
+    accuracy: float
+    n: int
+    min_precision: float
+    met_precision: bool  # False: no threshold reached min_precision; the most precise one was kept
+    pairs: str  # the labelled file it was chosen on
+
+
+def calibration_path() -> Path:
+    if os.environ.get("LOOKAHEAD_CALIBRATION"):
+        return Path(os.environ["LOOKAHEAD_CALIBRATION"])
+    base = os.environ.get("LOOKAHEAD_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "lookahead-reasoning"
+    )
+    return Path(base) / "calibration.json"
+
+
+def _key(verifier: str, model: str | None) -> str:
+    return f"{verifier}@{model or '-'}"
+
+
+def _read(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise ValueError(f"calibration file {path} is not valid JSON; delete it or calibrate again") from None
+    return data if isinstance(data, dict) else {}
+
+
+def save_calibration(verifier: str, model: str | None, calibration: Calibration, path: Path | None = None) -> Path:
+    path = path or calibration_path()
+    data = _read(path)
+    data[_key(verifier, model)] = calibration.model_dump()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)
+    return path
+
+
+def load_calibration(verifier: str, model: str | None, path: Path | None = None) -> Calibration | None:
+    entry = _read(path or calibration_path()).get(_key(verifier, model))
+    return Calibration.model_validate(entry) if entry else None

@@ -1,0 +1,77 @@
+"""Verifiers by name, with their default thresholds, and the threshold a run uses."""
+
+from __future__ import annotations
+
+from lookahead_reasoning.verifiers.base import ExactMatchVerifier, FastPathVerifier, Verifier
+from lookahead_reasoning.verifiers.calibration import load_calibration
+from lookahead_reasoning.verifiers.llm_judge import LLMJudgeVerifier
+
+# Scores lie in [0, 1]; a pair is accepted when its score >= the threshold (random: with that probability).
+DEFAULT_THRESHOLDS = {
+    "exact": 1.0,
+    "llm-judge": 0.8,  # P(yes)
+    "embedding": 0.85,  # cosine (the paper's ablation tried 0.85 and 0.95)
+    "embedding-numbers": 0.6,  # cosine, 0 when the numbers differ
+    "random": 0.5,  # acceptance probability
+    "target-score": 7 / 9,  # "7 or more" on the 0-9 scale
+}
+VERIFIER_NAMES = tuple(DEFAULT_THRESHOLDS)
+
+
+def _model_of(backend) -> str | None:
+    info = getattr(backend, "model_info", None) or {}
+    return info.get("model_path")
+
+
+def verifier_model(name: str, judge_backend=None, target_backend=None, embedding_model: str | None = None) -> str | None:
+    """What a calibration of `name` is tied to: the judging model."""
+    if name == "llm-judge":
+        return _model_of(judge_backend)
+    if name == "target-score":
+        return _model_of(target_backend)
+    if name in ("embedding", "embedding-numbers"):
+        from lookahead_reasoning.verifiers.embedding import default_embedding_model
+
+        return str(embedding_model or default_embedding_model())
+    return None
+
+
+def resolve_threshold(name: str, threshold: float | None, model: str | None) -> float:
+    """An explicit threshold wins; then a saved calibration for this verifier and model; then the default."""
+    if threshold is not None:
+        return threshold
+    calibration = load_calibration(name, model)
+    return calibration.threshold if calibration else DEFAULT_THRESHOLDS[name]
+
+
+def make_verifier(
+    name: str,
+    threshold: float | None = None,
+    judge_backend=None,
+    target_backend=None,
+    embedding_model: str | None = None,
+    seed: int | None = 0,
+    fast_path: bool = True,
+) -> Verifier:
+    """The named verifier; with `fast_path`, steps equal after normalization skip it."""
+    if name not in DEFAULT_THRESHOLDS:
+        raise ValueError(f"unknown verifier {name!r}; known: {', '.join(VERIFIER_NAMES)}")
+    value = resolve_threshold(name, threshold, verifier_model(name, judge_backend, target_backend, embedding_model))
+    if name == "exact":
+        return ExactMatchVerifier()
+    if name == "llm-judge":
+        verifier = LLMJudgeVerifier(judge_backend, value)
+    elif name == "target-score":
+        from lookahead_reasoning.verifiers.target_score import TargetScoreVerifier
+
+        verifier = TargetScoreVerifier(target_backend, value)
+    elif name == "random":
+        from lookahead_reasoning.verifiers.random_accept import RandomVerifier
+
+        return RandomVerifier(value, seed)  # no fast path: the ablation accepts at random, full stop
+    else:
+        from lookahead_reasoning.verifiers.embedding import EmbeddingVerifier, NumberAwareEmbeddingVerifier
+
+        cls = EmbeddingVerifier if name == "embedding" else NumberAwareEmbeddingVerifier
+        verifier = cls(value, embedding_model)
+    return FastPathVerifier(verifier) if fast_path else verifier
