@@ -41,6 +41,21 @@ def servers(sim: bool, sim_alpha: float, sim_c: float, sim_target_ms: float, end
         yield cluster.endpoints()
 
 
+def describe_verifier(server_set: Endpoints, config: LookaheadConfig) -> str:
+    """The verifier and the threshold a run will use, and where the threshold came from."""
+    from lookahead_reasoning.verifiers.calibration import load_calibration
+    from lookahead_reasoning.verifiers.registry import DEFAULT_THRESHOLDS, verifier_model
+
+    if config.judge_threshold is not None:
+        return f"verifier {config.verifier}, threshold {config.judge_threshold:g} (given)"
+    backends = Connection(server_set, config.model_copy(update={"verifier": "exact"})).backends
+    model = verifier_model(config.verifier, backends["judge"], backends["target"], config.embedding_model)
+    calibration = load_calibration(config.verifier, model)
+    if calibration:
+        return f"verifier {config.verifier}, threshold {calibration.threshold:.3f} (calibrated on {calibration.pairs})"
+    return f"verifier {config.verifier}, threshold {DEFAULT_THRESHOLDS[config.verifier]:.3f} (default)"
+
+
 def run_with_progress(problems, methods, endpoints, out, settings, samples, label: str, grade_answers: bool = True):
     from lookahead_reasoning.eval.runner import run_eval
 
@@ -99,9 +114,10 @@ def eval_command(
     server_set = endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)
     settings = {"dataset": dataset, "data": str(data) if data else spec.hf_id,
                 "config": config.model_dump(exclude={"request_timeout_s"})}
+    verifier_note = describe_verifier(server_set, config)
     records = run_with_progress(problems, method_specs, server_set, out, settings, samples, dataset)
     title = f"{dataset}: {len(problems)} problems × {samples} sample(s)"
-    notes = [spec.note] if spec.note else []
+    notes = [f"γ = {depth}, W = {width}, {verifier_note}, max_tokens {max_tokens}"] + ([spec.note] if spec.note else [])
     summaries = write_report(records, [m.name for m in method_specs], out, title, notes)
     print(markdown_report(summaries, title, notes))
     err.print(f"results in {out / 'results.jsonl'}; report in {out / 'report.md'}, report.json, report.png")
@@ -197,8 +213,11 @@ def verifiers_calibrate(
         print(json.dumps({"verifier": verifier, "model": model, **calibration.model_dump()}))
     else:
         met = "" if calibration.met_precision else f" (no threshold reached precision {min_precision}; kept the most precise)"
-        print(f"{verifier} on {model}: threshold {calibration.threshold:.3f}, precision {calibration.precision}, "
-              f"recall {calibration.recall}, accuracy {calibration.accuracy:.3f}, n {calibration.n}{met}")
+        def pct(v):
+            return "n/a" if v is None else f"{v:.3f}"
+
+        print(f"{verifier} on {model}: threshold {calibration.threshold:.3f}, precision {pct(calibration.precision)}, "
+              f"recall {pct(calibration.recall)}, accuracy {calibration.accuracy:.3f}, n {calibration.n}{met}")
     err.print(f"saved to {path}; run, eval and serve use it when no --threshold is given")
 
 
@@ -256,11 +275,13 @@ def sweep_command(
                 "config": config.model_dump(exclude={"request_timeout_s", "width", "depth"}),
                 "sim": {"alpha": sim_alpha, "c": sim_c, "target_ms": sim_target_ms} if sim else None}
     with servers(sim, sim_alpha, sim_c, sim_target_ms, endpoints, draft_url, target_url, judge_url, chat_template) as server_set:
+        verifier_note = describe_verifier(server_set, config)
         records = run_with_progress(problems, methods, server_set, out, settings, 1, f"sweep {dataset}",
                                     grade_answers=not sim)
     where = f"simulated servers (α = {sim_alpha}, c = {sim_c})" if sim else "real servers"
     title = f"{dataset}: W × γ sweep, {len(problems)} problems, {engine} engine, {where}"
-    notes = ["simulated servers write synthetic text: accuracy is n/a"] if sim else ([spec.note] if spec.note else [])
+    notes = [verifier_note] + (["simulated servers write synthetic text: accuracy is n/a"] if sim else
+                               ([spec.note] if spec.note else []))
     summaries = write_report(records, [m.name for m in methods], out, title, notes)
     table = table3(summaries, widths, depths)
     (out / "sweep.md").write_text(f"# {title}\n\n" + "".join(f"> {n}\n" for n in notes) + "\n" + table)

@@ -5,12 +5,15 @@ stopped at the end, also when tests fail.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# a user's saved verifier calibrations must not change what the tests see
+os.environ["LOOKAHEAD_CALIBRATION"] = os.path.join(tempfile.mkdtemp(prefix="lookahead-tests-"), "calibration.json")
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

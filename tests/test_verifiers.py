@@ -11,7 +11,7 @@ from lookahead_reasoning.eval.verifier_study import LabelledPair, calibrate, eva
 from lookahead_reasoning.runtime.errors import LookaheadError
 from lookahead_reasoning.verifiers.base import Verdict
 from lookahead_reasoning.verifiers.calibration import Calibration, load_calibration, save_calibration
-from lookahead_reasoning.verifiers.embedding import numbers_in
+from lookahead_reasoning.verifiers.embedding import numbers_in, same_result
 from lookahead_reasoning.verifiers.registry import DEFAULT_THRESHOLDS, make_verifier, resolve_threshold
 
 PAIRS = [
@@ -36,9 +36,12 @@ def test_metrics_count_equivalent_as_positive():
     assert metrics([False], [False], None).precision is None
 
 
-def test_numbers_are_normalized():
-    assert numbers_in("48/2 = 24, so $1,000.0 in total") == {"48", "2", "24", "1000"}
-    assert numbers_in("step 3.50 and x2") == {"3.5"}
+def test_numbers_are_read_as_values():
+    assert numbers_in("48 / 2 = 24, so $1,000.0 in total") == [48, 2, 24, 1000]
+    assert numbers_in("1/2 * 1/2 = 1/4, step 3.50 and x2") == [0.5, 0.5, 0.25, 3.5]
+    assert numbers_in("Area = 8 m * 5 m = 40 m^2, c^2 too") == [8, 5, 40]
+    assert same_result("1/2 * 1/2 = 1/4.", "probability 0.25") and not same_result("= 1/4", "0.5")
+    assert same_result("no numbers", "none here") and not same_result("it is 3", "no numbers")
 
 
 def test_embedding_verifiers_on_labelled_pairs():

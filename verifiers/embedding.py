@@ -1,13 +1,16 @@
 """Embedding verifiers: cosine similarity of sentence embeddings, optionally gated by numbers.
 
 Cosine alone misses arithmetic ("48/2 = 24" and "48*2 = 96" score about 0.95), so the
-number-aware variant (beyond the paper) scores 0 when the two steps do not state the
-same set of numbers, and the cosine otherwise.
+number-aware variant (beyond the paper) scores 0 when the two steps end on different
+numbers (a step's last number is its result; 1/4 and 0.25 agree), and the cosine
+otherwise. Comparing the whole set of numbers was tried and rejects too many true
+paraphrases ("10 * 11 / 2 = 55" against "n(n+1)/2 with n = 10 gives 55").
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -31,25 +34,39 @@ def default_embedding_model() -> Path:
 @lru_cache(maxsize=4)
 def load_embedder(path: str):
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
 
     if not Path(path).exists():
         raise ValueError(f"embedding model {path} does not exist")
     return SentenceTransformer(path, device="cpu")
 
 
-_NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?|(?<![\w.])-?\.\d+")
+# A number: 1,000 / 3.5 / .5 / 1/4 (a fraction written without spaces counts as its value).
+_NUMBER = re.compile(r"(?<![\w.])-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:/\d+(?:\.\d+)?)?(?![\w/])")
+_UNIT_POWER = re.compile(r"(?<=[A-Za-z)])\^\{?\d+\}?|[²³]")  # m^2, c^2: a unit or a symbol, not a value
 
 
-def numbers_in(text: str) -> frozenset[str]:
-    """The numbers a step states, normalized: 1,000 = 1000 and 18.0 = 18."""
-    found = set()
-    for raw in _NUMBER.findall(text):
+def numbers_in(text: str) -> list[float]:
+    """The values a step states, in order: 1,000 = 1000, 18.0 = 18, 1/4 = 0.25; powers of letters are skipped."""
+    values = []
+    for raw in _NUMBER.findall(_UNIT_POWER.sub(" ", text)):
+        numerator, _, denominator = raw.replace(",", "").partition("/")
         try:
-            value = float(raw.replace(",", ""))
-        except ValueError:
+            value = float(numerator) / float(denominator) if denominator else float(numerator)
+        except (ValueError, ZeroDivisionError):
             continue
-        found.add(f"{value:g}" if value != int(value) else str(int(value)))
-    return frozenset(found)
+        values.append(value)
+    return values
+
+
+def same_result(step_a: str, step_b: str) -> bool:
+    """Both steps end on the same number (their result), or neither states a number."""
+    a, b = numbers_in(step_a), numbers_in(step_b)
+    if not a or not b:
+        return not a and not b
+    return math.isclose(a[-1], b[-1], rel_tol=1e-6, abs_tol=1e-9)
 
 
 class EmbeddingVerifier:
@@ -81,7 +98,7 @@ class EmbeddingVerifier:
 
 
 class NumberAwareEmbeddingVerifier(EmbeddingVerifier):
-    """The cosine, but 0 when the steps' numbers differ (a wrong number is never the same step)."""
+    """The cosine, but 0 when the steps' results differ (a wrong number is never the same step)."""
 
     name = "embedding-numbers"
 
@@ -89,4 +106,4 @@ class NumberAwareEmbeddingVerifier(EmbeddingVerifier):
         super().__init__(threshold, model_path)
 
     def score(self, target_step: str, draft_step: str, similarity: float) -> float:
-        return similarity if numbers_in(target_step) == numbers_in(draft_step) else 0.0
+        return similarity if same_result(target_step, draft_step) else 0.0
