@@ -332,20 +332,31 @@ def simserver(
     serve(config, port)
 
 
+def _interrupted() -> None:
+    """Ctrl-C: every `finally` has run and finished results are on disk, so leave now.
+
+    A plain exit would wait for SGLang's frontend threads to finish their HTTP requests in
+    flight, which on a CPU can take minutes.
+    """
+    err.print("interrupted")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
+
+
 def main() -> None:
     warnings.filterwarnings("ignore", message="Error in stream_executor")
     try:
         code = app(standalone_mode=False)  # typer turns Ctrl-C into a returned 130 here, not an exception
+        if code == 130:
+            _interrupted()
         if isinstance(code, int) and code:
-            if code == 130:
-                err.print("interrupted")
             sys.exit(code)
     except LookaheadError as error:
         err.print(f"[red]error:[/] {error}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except (typer.Abort, KeyboardInterrupt):
-        err.print("interrupted")
-        sys.exit(130)
+        _interrupted()
     except click.ClickException as error:  # usage errors carry their own exit code
         error.show()
         sys.exit(error.exit_code)
