@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import sglang as sgl
 
 from lookahead_reasoning.programs.prompts import JUDGE_CHOICES, JUDGE_INSTRUCTIONS, JUDGE_REGEX, judge_message
-from lookahead_reasoning.programs.steps import checked
+from lookahead_reasoning.programs.steps import checked, read_branches
 
 TOP_LOGPROBS = 10
 
@@ -83,7 +83,4 @@ def judge(s, pairs, commit_instructions=True):
             top_logprobs_num=TOP_LOGPROBS,
             return_text_in_logprobs=True,
         )
-    try:
-        s.set_var("answers", [read_answer(*checked(b, "answer")) for b in branches])
-    finally:
-        branches.join()
+    s.set_var("answers", read_branches(branches, lambda b: read_answer(*checked(b, "answer"))))

@@ -22,7 +22,7 @@ from lookahead_reasoning.programs.prompts import (
     answer_score_message,
     step_score_message,
 )
-from lookahead_reasoning.programs.steps import checked
+from lookahead_reasoning.programs.steps import checked, read_branches
 
 TOP_LOGPROBS = 12
 
@@ -82,10 +82,7 @@ def score_steps(s, context, steps):
     """Sets `scores`: one Score (0-9) per proposed step after `context`."""
     messages = [step_score_message(context, step) for step in steps]
     branches = _scored_fork(s, STEP_SCORE_INSTRUCTIONS, messages, "score", STEP_SCORE_REGEX, 2, True)
-    try:
-        s.set_var("scores", [read_score(*checked(b, "score"), 0, 9, True) for b in branches])
-    finally:
-        branches.join()
+    s.set_var("scores", read_branches(branches, lambda b: read_score(*checked(b, "score"), 0, 9, True)))
 
 
 @sgl.function
@@ -93,7 +90,5 @@ def score_answer(s, question, answer, reference=None):
     """Sets `score`: the judge's 1-10 score of `answer`."""
     message = answer_score_message(question, answer, reference)
     branches = _scored_fork(s, ANSWER_SCORE_INSTRUCTIONS, [message], "score", ANSWER_SCORE_REGEX, 3, False)
-    try:
-        s.set_var("score", read_score(*checked(branches[0], "score"), 1, 10, False))
-    finally:
-        branches.join()
+    (score,) = read_branches(branches, lambda b: read_score(*checked(b, "score"), 1, 10, False))
+    s.set_var("score", score)

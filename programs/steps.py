@@ -70,6 +70,23 @@ def checked(state, name: str):
     return state[name], state.get_meta_info(name)
 
 
+def read_branches(branches, read) -> list:
+    """`read` applied to every fork branch, then the branches joined.
+
+    On Ctrl-C the branches are left alone: joining would wait for their requests in
+    flight, which on a CPU can take minutes.
+    """
+    try:
+        values = [read(branch) for branch in branches]
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        branches.join()
+        raise
+    branches.join()
+    return values
+
+
 def _step_gen(name: str, delimiter: str, max_step_tokens: int, sampling: Sampling):
     return sgl.gen(
         name,
@@ -112,10 +129,7 @@ def target_steps(s, prefix, continuations, delimiter, max_step_tokens, sampling,
     for branch, continuation in zip(branches, continuations):
         branch += continuation if commit_prefix else prefix + continuation
         branch += _step_gen("step", delimiter, max_step_tokens, sampling)
-    try:
-        s.set_var("steps", [read_step(*checked(b, "step"), delimiter) for b in branches])
-    finally:
-        branches.join()
+    s.set_var("steps", read_branches(branches, lambda b: read_step(*checked(b, "step"), delimiter)))
 
 
 @sgl.function
@@ -136,10 +150,7 @@ def sample_steps(s, prefix, width, delimiter, max_step_tokens, sampling):
     branches = s.fork(width)
     for branch in branches:
         branch += _step_gen("step", delimiter, max_step_tokens, sampling)
-    try:
-        s.set_var("steps", [read_step(*checked(b, "step"), delimiter) for b in branches])
-    finally:
-        branches.join()
+    s.set_var("steps", read_branches(branches, lambda b: read_step(*checked(b, "step"), delimiter)))
 
 
 @sgl.function

@@ -285,7 +285,8 @@ def serve(
     engine: str = typer.Option("sync", help="sync or async"),
     depth: str = typer.Option("4", help="γ, or 'adaptive'"),
     width: int = typer.Option(1, help="W: draft candidates per position"),
-    threshold: Optional[float] = typer.Option(None, help="judge threshold on P(yes) (default: calibrated, else 0.8)"),
+    verifier: str = typer.Option("llm-judge", help="llm-judge, exact, embedding, embedding-numbers, random, target-score"),
+    threshold: Optional[float] = typer.Option(None, help="verifier threshold (default: calibrated, else the verifier's default)"),
     max_concurrent: int = typer.Option(4, help="requests that run at once; the rest wait"),
     queue_timeout: float = typer.Option(30.0, help="seconds a request may wait for a slot before 429"),
     request_timeout: float = typer.Option(600.0, help="seconds a request may run before 504"),
@@ -298,7 +299,7 @@ def serve(
     from lookahead_reasoning.runtime.serve import ServeSettings
     from lookahead_reasoning.runtime.serve import serve as run_server
 
-    config = make_config(**depth_options(depth), width=width, engine=engine, judge_threshold=threshold,
+    config = make_config(**depth_options(depth), width=width, engine=engine, verifier=verifier, judge_threshold=threshold,
                      max_tokens=max_tokens_cap, request_timeout_s=min(request_timeout, 300.0))
     settings = validated(ServeSettings, max_concurrent=max_concurrent, queue_timeout_s=queue_timeout,
                           request_timeout_s=request_timeout, max_tokens_cap=max_tokens_cap, api_key=api_key)

@@ -169,3 +169,29 @@ def test_sweep_on_simulated_servers_writes_table_3(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "lookahead_reasoning.runtime.cli", "sweep", "--dataset", "gsm8k",
                           "--data", str(data), "--width", "0", "--sim", "--out", str(out)], capture_output=True)
     assert bad.returncode == 1 and b"--width needs numbers >= 1" in bad.stderr
+
+
+def test_ctrl_c_does_not_wait_for_a_request_in_flight(sims, tmp_path):
+    data = tmp_path / "gsm.jsonl"
+    data.write_text(json.dumps({"question": "q", "answer": "1"}) + "\n")
+    command = [sys.executable, "-m", "lookahead_reasoning.runtime.cli", "eval", "--dataset", "gsm8k", "--data",
+               str(data), "--methods", "lr", "--depth", "2", "--threshold", "0.5", "--out", str(tmp_path / "out"),
+               *url_options(sims)]
+    target = sims["target"].engine.state
+    target.last_sampling = {}
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        deadline = time.monotonic() + 120
+        while not target.last_sampling:  # wait for the run's first target request
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        target.fault = "stall"  # from now on every target request hangs
+        time.sleep(1.5)
+        assert process.poll() is None
+        process.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        process.communicate(timeout=30)
+        assert process.returncode == 130 and time.monotonic() - started < 5
+    finally:
+        sims["target"].engine.state.fault = "ok"

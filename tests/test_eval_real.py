@@ -45,6 +45,7 @@ def test_eval_grades_each_method_on_real_servers(tiny_endpoints, tmp_path):
     report = json.loads((out / "report.json").read_text())
     accuracy = {m["method"]: m["accuracy"] for m in report["methods"]}
     assert accuracy == {"ar": 0.5, "lr": 0.5, "draft": 0.5}
+    assert "verifier exact, threshold 1.000 (default)" in report["notes"][0]
 
 
 def test_judge_scores_an_answer_within_1_to_10(tiny_endpoints):
