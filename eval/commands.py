@@ -68,6 +68,10 @@ def run_with_progress(problems, methods, endpoints, out, settings, samples, labe
                 return
             mark = {True: "right", False: "wrong", None: "ungraded"}[record.correct]
             bar.update(task, advance=amount, description=f"{label} · {record.problem_id} {record.method}: {mark}")
+            if not err.is_terminal:  # a log file gets one line per result instead of a live bar
+                done = int(bar.tasks[0].completed)
+                err.print(f"{done}/{total} {record.problem_id} {record.method}: {mark}, {record.wall_s:.1f} s, "
+                          f"{record.output_tokens} tokens", highlight=False)
 
         return run_eval(problems, methods, endpoints, out, settings, samples, progress=advance,
                         grade_answers=grade_answers)

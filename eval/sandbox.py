@@ -3,7 +3,8 @@
 Layers, outermost first:
 - a fresh user and network namespace (`unshare -rn`) where the kernel allows it, so
   the process has no network interface but loopback;
-- resource limits: CPU seconds, address space, file size, open files;
+- resource limits set first thing in the child: CPU seconds, address space, file size,
+  open files (no preexec_fn: it is unsafe in a process with threads, as ours has);
 - a wall-clock limit, after which the whole process group is killed (and always at
   the end, so no child outlives the grading);
 - inside the interpreter, an audit hook installed before the untrusted code runs:
@@ -25,7 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GUARD = r'''
-import os, sys
+import os, resource, sys
+for _limit, _value in ((resource.RLIMIT_AS, __MEMORY__), (resource.RLIMIT_CPU, __CPU__), (resource.RLIMIT_FSIZE, 16 << 20),
+                       (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
+    resource.setrlimit(_limit, (_value, _value))
 _SCRATCH = os.path.realpath(os.getcwd())
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
@@ -78,19 +82,6 @@ def _can_unshare() -> bool:
 _UNSHARE: bool | None = None
 
 
-def _limits(memory_mb: int, cpu_s: int):
-    def apply() -> None:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
-
-
 def run_python(code: str, timeout_s: float = 10.0, memory_mb: int = 1024) -> SandboxResult:
     """Run `code` as a script in the sandbox; passed means it exited 0 within the limits."""
     global _UNSHARE
@@ -98,7 +89,8 @@ def run_python(code: str, timeout_s: float = 10.0, memory_mb: int = 1024) -> San
         _UNSHARE = _can_unshare()
     scratch = Path(tempfile.mkdtemp(prefix="lookahead-sandbox-"))
     try:
-        (scratch / "program.py").write_text(GUARD + "\n" + code, encoding="utf-8")
+        guard = GUARD.replace("__MEMORY__", str(memory_mb << 20)).replace("__CPU__", str(max(1, int(timeout_s) + 1)))
+        (scratch / "program.py").write_text(guard + "\n" + code, encoding="utf-8")
         command = [sys.executable, "-I", "-B", "program.py"]
         if _UNSHARE:
             command = ["unshare", "-rn", *command]
@@ -106,7 +98,6 @@ def run_python(code: str, timeout_s: float = 10.0, memory_mb: int = 1024) -> San
         process = subprocess.Popen(
             command, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=_limits(memory_mb, max(1, int(timeout_s) + 1)),
         )
         try:
             output, _ = process.communicate(timeout=timeout_s)
