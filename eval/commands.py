@@ -154,6 +154,10 @@ def _build_verifier(name, threshold, endpoints, judge_url, target_url, chat_temp
     return verifier, model
 
 
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 @verifiers_app.command("evaluate")
 def verifiers_evaluate(
     pairs: Path = typer.Option(..., help="JSON lines {step_a, step_b, equivalent}"),
@@ -178,13 +182,8 @@ def verifiers_evaluate(
     if as_json:
         print(result.model_dump_json())
         return
-
-    def pct(v):
-        return "n/a" if v is None else f"{v:.3f}"
-
-    threshold_text = "n/a" if result.threshold is None else f"{result.threshold:.3f}"
-    print(f"{verifier}: precision {pct(result.precision)}, recall {pct(result.recall)}, "
-          f"accuracy {result.accuracy:.3f}, threshold {threshold_text}, n {result.n}")
+    print(f"{verifier}: precision {_fmt(result.precision)}, recall {_fmt(result.recall)}, "
+          f"accuracy {result.accuracy:.3f}, threshold {_fmt(result.threshold)}, n {result.n}")
 
 
 @verifiers_app.command("calibrate")
@@ -217,11 +216,8 @@ def verifiers_calibrate(
         print(json.dumps({"verifier": verifier, "model": model, **calibration.model_dump()}))
     else:
         met = "" if calibration.met_precision else f" (no threshold reached precision {min_precision}; kept the most precise)"
-        def pct(v):
-            return "n/a" if v is None else f"{v:.3f}"
-
-        print(f"{verifier} on {model}: threshold {calibration.threshold:.3f}, precision {pct(calibration.precision)}, "
-              f"recall {pct(calibration.recall)}, accuracy {calibration.accuracy:.3f}, n {calibration.n}{met}")
+        print(f"{verifier} on {model}: threshold {calibration.threshold:.3f}, precision {_fmt(calibration.precision)}, "
+              f"recall {_fmt(calibration.recall)}, accuracy {calibration.accuracy:.3f}, n {calibration.n}{met}")
     err.print(f"saved to {path}; run, eval and serve use it when no --threshold is given")
 
 

@@ -186,11 +186,11 @@ def dataset_spec(name: str) -> DatasetSpec:
     return SPECS[name]
 
 
-def check_jsonl(path: Path, required: tuple[str, ...]) -> int:
-    """Raise a LookaheadError naming the file and line of the first bad record; return the record count."""
+def read_jsonl(path: Path, required: tuple[str, ...], what: str = "data file") -> list[dict]:
+    """The records of a JSON Lines file; a LookaheadError names the file and line of the first bad one."""
     if not path.is_file():
-        raise LookaheadError(f"data file {path} does not exist")
-    count = 0
+        raise LookaheadError(f"{what} {path} does not exist")
+    records = []
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -204,10 +204,10 @@ def check_jsonl(path: Path, required: tuple[str, ...]) -> int:
             missing = [key for key in required if record.get(key) in (None, "")]
             if missing:
                 raise LookaheadError(f"{path}:{number}: record lacks the field(s) {', '.join(missing)}")
-            count += 1
-    if count == 0:
-        raise LookaheadError(f"data file {path} holds no records")
-    return count
+            records.append(record)
+    if not records:
+        raise LookaheadError(f"{what} {path} holds no records")
+    return records
 
 
 def _load_records(spec: DatasetSpec, data: Path | None) -> tuple[list[dict], str]:
@@ -215,7 +215,7 @@ def _load_records(spec: DatasetSpec, data: Path | None) -> tuple[list[dict], str
 
     datasets.disable_progress_bars()
     if data is not None:
-        check_jsonl(data, spec.required)
+        read_jsonl(data, spec.required)  # clear errors first; then the datasets loader
         rows = datasets.load_dataset("json", data_files=str(data), split="train")
         return rows.to_list(), str(data)
     try:

@@ -8,11 +8,11 @@ the share of equivalent pairs accepted (what buys speed).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from lookahead_reasoning.eval.datasets import read_jsonl
 from lookahead_reasoning.runtime.errors import LookaheadError
 from lookahead_reasoning.verifiers.base import Verdict, Verifier
 from lookahead_reasoning.verifiers.calibration import Calibration
@@ -35,24 +35,13 @@ class Metrics(BaseModel):
 
 
 def load_pairs(path: Path) -> list[LabelledPair]:
-    if not path.is_file():
-        raise LookaheadError(f"pairs file {path} does not exist")
+    records = read_jsonl(path, ("step_a", "step_b"), what="pairs file")
     pairs = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise LookaheadError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-        if not isinstance(record, dict) or not all(k in record for k in ("step_a", "step_b", "equivalent")):
-            raise LookaheadError(f"{path}:{number}: a pair needs step_a, step_b and equivalent")
-        if not isinstance(record["equivalent"], bool):
-            raise LookaheadError(f"{path}:{number}: equivalent must be true or false")
+    for number, record in enumerate(records, 1):
+        if not isinstance(record.get("equivalent"), bool):
+            raise LookaheadError(f"{path}: pair {number}: equivalent must be true or false")
         pairs.append(LabelledPair(step_a=str(record["step_a"]), step_b=str(record["step_b"]),
                                   equivalent=record["equivalent"]))
-    if not pairs:
-        raise LookaheadError(f"pairs file {path} holds no pairs")
     return pairs
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import SHARED_DATA
-from lookahead_reasoning.eval.datasets import SPECS, check_jsonl, load_problems
+from lookahead_reasoning.eval.datasets import SPECS, load_problems, read_jsonl
 from lookahead_reasoning.runtime.errors import LookaheadError
 
 
@@ -59,7 +59,7 @@ def test_bad_input_names_the_file_and_line(tmp_path):
         load_problems("gsm8k", lacking)
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(LookaheadError, match="holds no records"):
-        check_jsonl(tmp_path / "empty.jsonl", ("answer",))
+        read_jsonl(tmp_path / "empty.jsonl", ("answer",))
     duplicate = write(tmp_path / "dup.jsonl", [{"id": "a", "question": "x", "answer": "1"}] * 2)
     with pytest.raises(LookaheadError, match="not unique"):
         load_problems("gsm8k", duplicate)

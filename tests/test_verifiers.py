@@ -91,7 +91,7 @@ def test_unknown_verifier_and_bad_pair_files(tmp_path):
         make_verifier("oracle")
     bad = tmp_path / "pairs.jsonl"
     bad.write_text('{"step_a": "a", "step_b": "b", "equivalent": true}\n{"step_a": "a"}\n')
-    with pytest.raises(LookaheadError, match=r"pairs.jsonl:2: a pair needs"):
+    with pytest.raises(LookaheadError, match=r"pairs.jsonl:2: record lacks the field\(s\) step_b"):
         load_pairs(bad)
     bad.write_text('{"step_a": "a", "step_b": "b", "equivalent": "yes"}\n')
     with pytest.raises(LookaheadError, match="true or false"):
