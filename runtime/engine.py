@@ -44,6 +44,22 @@ from lookahead_reasoning.runtime.tree import ROOT, DraftTree, draft_tree, kept_s
 from lookahead_reasoning.verifiers.base import Verdict, Verifier
 
 
+def _within_budget(
+    kept: list[StepRecord], outputs: list[StepOutput], budget: int
+) -> tuple[list[StepRecord], list[StepOutput]]:
+    """A round's kept steps up to the one that reaches the token cap; later ones are dropped.
+
+    Without this a round could overrun the cap by γ steps, and LR would get more tokens
+    than AR. The step that reaches the cap is kept whole (AR stops inside it).
+    """
+    used = 0
+    for n, output in enumerate(outputs, 1):
+        used += max(1, output.completion_tokens)
+        if used >= budget:
+            return kept[:n], outputs[:n]
+    return kept, outputs
+
+
 class StepModels(Protocol):
     """What the engines need from the models (SGLangRoles, or a scripted stand-in)."""
 
@@ -210,6 +226,7 @@ class Engine:
         """Count the round, append its kept steps to the run, log it and report it."""
         stats = run.stats
         if not announced:
+            kept, outputs = _within_budget(kept, outputs, self.config.max_tokens - stats.output_tokens)
             for step in kept:
                 self.announce(step)
         stats.draft_steps_judged += positions

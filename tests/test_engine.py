@@ -101,6 +101,16 @@ def test_token_cap_stops_the_run_and_says_so():
     assert result.stats.output_tokens >= 4
 
 
+@pytest.mark.parametrize("engine_class", [SyncEngine, AsyncEngine])
+def test_a_round_does_not_run_past_the_token_cap(engine_class):
+    steps = [f"step {i} has five words" for i in range(12)]  # 5 tokens each
+    config = LookaheadConfig(depth=6, max_tokens=12, max_step_tokens=20)
+    result = engine_class(config, ScriptedModels(steps), FastPathVerifier(ScriptedJudge())).run("q")
+    assert result.stats.finish == "max_tokens"
+    assert 12 <= result.stats.output_tokens < 12 + 5  # at most the step that reached the cap
+    assert result.stats.rounds == 1 and len(result.steps) == 3
+
+
 def test_failing_draft_server_degrades_to_target_only():
     models = ScriptedModels(TARGET, fail={"draft"})
     result = engine(models, depth=3).run("q")

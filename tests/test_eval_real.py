@@ -75,3 +75,19 @@ def test_target_score_and_llm_judge_verifiers(tiny_endpoints, tmp_path):
                  tiny_endpoints.target.url, "--json", tmp_path=tmp_path)
     assert scored.returncode == 0, scored.stderr
     assert json.loads(scored.stdout)["threshold"] == pytest.approx(7 / 9)
+
+
+def test_mt_bench_answers_are_scored_by_the_judge(tiny_endpoints, tmp_path):
+    endpoints = tmp_path / "endpoints.json"
+    save_endpoints(tiny_endpoints, endpoints)
+    data = tmp_path / "mt.jsonl"
+    data.write_text(json.dumps({"question_id": 81, "category": "math", "turns": ["What is two and three?", "And four?"],
+                                "reference": ["5", "9"]}) + "\n")
+    out = tmp_path / "out"
+    done = cli("eval", "--dataset", "mt_bench", "--data", str(data), "--methods", "ar", "--max-tokens", "32",
+               "--endpoints", str(endpoints), "--out", str(out), tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (record,) = map(json.loads, (out / "results.jsonl").read_text().splitlines())
+    assert record["correct"] is None and 1 <= record["score"] <= 10 and record["reference"] == "5"
+    (summary,) = json.loads((out / "report.json").read_text())["methods"]
+    assert summary["mean_score"] == record["score"] and summary["accuracy"] is None
