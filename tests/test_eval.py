@@ -45,6 +45,15 @@ def problems(tmp_path):
     return load_problems("gsm8k", data)
 
 
+# A shell that starts a job in the background (as CI harnesses may) makes it ignore SIGINT, and
+# Python keeps an ignored SIGINT ignored; so the CLI under test gets the usual handler back first.
+INTERRUPTIBLE_CLI = [
+    sys.executable, "-c",
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from lookahead_reasoning.runtime.cli import main; sys.argv[0] = 'lookahead'; main()",
+]
+
+
 def url_options(sims) -> list[str]:
     return ["--draft-url", sims["draft"].url, "--target-url", sims["target"].url, "--judge-url", sims["judge"].url,
             "--chat-template", "chatml"]
@@ -126,7 +135,7 @@ def test_ctrl_c_loses_nothing_and_a_rerun_continues(sims, tmp_path):
     data = tmp_path / "gsm.jsonl"
     data.write_text("".join(json.dumps({"question": f"q{i}", "answer": "1"}) + "\n" for i in range(8)))
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "lookahead_reasoning.runtime.cli", "eval", "--dataset", "gsm8k", "--data",
+    command = [*INTERRUPTIBLE_CLI, "eval", "--dataset", "gsm8k", "--data",
                str(data), "--methods", "ar,lr", "--depth", "2", "--threshold", "0.5", "--out", str(out),
                *url_options(sims)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -174,7 +183,7 @@ def test_sweep_on_simulated_servers_writes_table_3(tmp_path):
 def test_ctrl_c_does_not_wait_for_a_request_in_flight(sims, tmp_path):
     data = tmp_path / "gsm.jsonl"
     data.write_text(json.dumps({"question": "q", "answer": "1"}) + "\n")
-    command = [sys.executable, "-m", "lookahead_reasoning.runtime.cli", "eval", "--dataset", "gsm8k", "--data",
+    command = [*INTERRUPTIBLE_CLI, "eval", "--dataset", "gsm8k", "--data",
                str(data), "--methods", "lr", "--depth", "2", "--threshold", "0.5", "--out", str(tmp_path / "out"),
                *url_options(sims)]
     target = sims["target"].engine.state
