@@ -43,17 +43,14 @@ def servers(sim: bool, sim_alpha: float, sim_c: float, sim_target_ms: float, end
 
 def describe_verifier(server_set: Endpoints, config: LookaheadConfig) -> str:
     """The verifier and the threshold a run will use, and where the threshold came from."""
-    from lookahead_reasoning.verifiers.calibration import load_calibration
-    from lookahead_reasoning.verifiers.registry import DEFAULT_THRESHOLDS, verifier_model
+    from lookahead_reasoning.verifiers.registry import threshold_and_source, verifier_model
 
-    if config.judge_threshold is not None:
-        return f"verifier {config.verifier}, threshold {config.judge_threshold:g} (given)"
-    backends = Connection(server_set, config.model_copy(update={"verifier": "exact"})).backends
-    model = verifier_model(config.verifier, backends["judge"], backends["target"], config.embedding_model)
-    calibration = load_calibration(config.verifier, model)
-    if calibration:
-        return f"verifier {config.verifier}, threshold {calibration.threshold:.3f} (calibrated on {calibration.pairs})"
-    return f"verifier {config.verifier}, threshold {DEFAULT_THRESHOLDS[config.verifier]:.3f} (default)"
+    model = None
+    if config.judge_threshold is None:  # only then does the judging model matter
+        backends = Connection(server_set, config.model_copy(update={"verifier": "exact"})).backends
+        model = verifier_model(config.verifier, backends["judge"], backends["target"], config.embedding_model)
+    value, source = threshold_and_source(config.verifier, config.judge_threshold, model)
+    return f"verifier {config.verifier}, threshold {value:.3f} ({source})"
 
 
 def run_with_progress(problems, methods, endpoints, out, settings, samples, label: str, grade_answers: bool = True):
@@ -175,10 +172,11 @@ def verifiers_evaluate(
     from lookahead_reasoning.eval.verifier_study import evaluate, load_pairs
 
     labelled = load_pairs(pairs)
-    built, _ = _build_verifier(verifier, threshold, endpoints, judge_url, target_url, chat_template,
-                               embedding_model, timeout)
-    inner = getattr(built, "inner", built)
-    result = evaluate(built, labelled, getattr(inner, "threshold", None))
+    from lookahead_reasoning.verifiers.registry import resolve_threshold
+
+    built, model = _build_verifier(verifier, threshold, endpoints, judge_url, target_url, chat_template,
+                                   embedding_model, timeout)
+    result = evaluate(built, labelled, resolve_threshold(verifier, threshold, model))
     if as_json:
         print(result.model_dump_json())
         return

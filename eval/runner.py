@@ -107,9 +107,8 @@ class MethodRunner:
             raise target_failed(error) from None
 
 
-def judge_scorer(endpoints: Endpoints, config: LookaheadConfig) -> Callable:
+def judge_scorer(backend) -> Callable:
     """MT-Bench's grader: the judge server scores an answer 1-10."""
-    backend = LookaheadReasoner(endpoints, config).connection.backends["judge"]
 
     def score(question: str, answer: str, reference: str | None) -> float | None:
         return score_answer_on(backend, question, answer, reference).value
@@ -157,7 +156,7 @@ def run_eval(
     runners = {m.name: MethodRunner(m, endpoints) for m in methods}
     scorer = None
     if grade_answers and any(p.grader == "judge-score" for p in problems):
-        scorer = judge_scorer(endpoints, methods[0].config)
+        scorer = judge_scorer(runners[methods[0].name].reasoner(0).connection.backends["judge"])
     for problem, sample, method in todo:
         try:
             fields = runners[method.name].run(problem, sample)

@@ -36,12 +36,21 @@ def verifier_model(name: str, judge_backend=None, target_backend=None, embedding
     return None
 
 
-def resolve_threshold(name: str, threshold: float | None, model: str | None) -> float:
-    """An explicit threshold wins; then a saved calibration for this verifier and model; then the default."""
+def threshold_and_source(name: str, threshold: float | None, model: str | None) -> tuple[float, str]:
+    """An explicit threshold wins; then a saved calibration for this verifier and model; then the default.
+
+    The source says which: "given", "calibrated on <pairs file>" or "default".
+    """
     if threshold is not None:
-        return threshold
+        return threshold, "given"
     calibration = load_calibration(name, model)
-    return calibration.threshold if calibration else DEFAULT_THRESHOLDS[name]
+    if calibration:
+        return calibration.threshold, f"calibrated on {calibration.pairs}"
+    return DEFAULT_THRESHOLDS[name], "default"
+
+
+def resolve_threshold(name: str, threshold: float | None, model: str | None) -> float:
+    return threshold_and_source(name, threshold, model)[0]
 
 
 def make_verifier(
