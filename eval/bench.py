@@ -6,7 +6,7 @@ their own processes. AR is measured once per (α, c) on the same servers and the
 problems. Reported per point:
 
 - measured_speedup = AR wall time / method wall time (summed over the problems);
-- theory_speedup = eval.theory at the configured c, the latency model's judge cost j,
+- theory_speedup = runtime.theory at the configured c, the latency model's judge cost j,
   and the α the run realized (accepted / decided draft positions; for W > 1 that is
   the per-position acceptance of the tree, the theory's effective α). Using the
   realized α keeps the ratio about the runtime, not about the luck of a few judge draws;
@@ -31,12 +31,12 @@ from typing import Callable, Literal, Union
 import requests
 from pydantic import BaseModel, Field, model_validator
 
-from lookahead_reasoning.eval import theory
+from lookahead_reasoning.runtime import theory
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.depth import depth_limit
 from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
 from lookahead_reasoning.runtime.errors import LookaheadError
-from lookahead_reasoning.runtime.launcher import free_port
+from lookahead_reasoning.runtime.processes import free_port
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 from lookahead_reasoning.runtime.results import LookaheadResult
 
@@ -116,7 +116,7 @@ class SimCluster:
             for role in ("draft", "target", "judge"):
                 port = free_port()
                 self.procs[role] = subprocess.Popen(
-                    [sys.executable, "-m", "lookahead_reasoning.runtime.cli", "simserver", "--role", role,
+                    [sys.executable, "-m", "lookahead_reasoning.cli", "simserver", "--role", role,
                      "--port", str(port)],
                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
                 )

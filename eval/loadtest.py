@@ -89,8 +89,8 @@ class LocalStack:
 
         from lookahead_reasoning.eval.bench import LatencyModel, SimCluster
         from lookahead_reasoning.runtime.config import LookaheadConfig
-        from lookahead_reasoning.runtime.endpoints import Connection
-        from lookahead_reasoning.runtime.launcher import free_port
+        from lookahead_reasoning.runtime.connection import Connection
+        from lookahead_reasoning.runtime.processes import free_port
         from lookahead_reasoning.runtime.serve import ServeSettings, build_app
 
         self.cluster = SimCluster(LatencyModel()).__enter__()

@@ -16,7 +16,7 @@ from typing import Callable, Literal
 from lookahead_reasoning.eval.datasets import Problem
 from lookahead_reasoning.eval.graders import Grade, grade
 from lookahead_reasoning.eval.records import EvalRecord, ResultStore, pin_settings
-from lookahead_reasoning.programs.roles import SGLangRoles, render_conversation, score_answer_on
+from lookahead_reasoning.programs.roles import SGLangStepModels, render_conversation, score_answer_on
 from lookahead_reasoning.runtime.baseline import continue_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.endpoints import Endpoints
@@ -88,7 +88,7 @@ class MethodRunner:
             models, backend = connection.models, connection.backends["target"]
         else:  # the draft model alone, with the target's sampling settings
             backend = connection.backends["draft"]
-            models = SGLangRoles(
+            models = SGLangStepModels(
                 draft=backend, target=backend, delimiter=config.delimiter, max_step_tokens=config.max_step_tokens,
                 draft_sampling=config.target_sampling.to_program(), target_sampling=config.target_sampling.to_program(),
             )

@@ -12,9 +12,8 @@ from lookahead_reasoning.programs.backend import LookaheadEndpoint
 from lookahead_reasoning.programs.judge import JudgeAnswer, judge
 from lookahead_reasoning.programs.prompts import question_message
 from lookahead_reasoning.programs.score import Score, score_answer, score_steps
+from lookahead_reasoning.programs.step_types import Sampling, StepOutput
 from lookahead_reasoning.programs.steps import (
-    Sampling,
-    StepOutput,
     conversation_prefix,
     draft_steps,
     free_generation,
@@ -41,7 +40,7 @@ def judge_pairs(
     return judge.run(pairs=list(pairs), commit_instructions=commit_instructions, backend=backend).get_var("answers")
 
 
-class SGLangRoles:
+class SGLangStepModels:
     """Draft and target programs bound to their backends and step settings."""
 
     def __init__(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from lookahead_reasoning.programs.steps import Sampling
+from lookahead_reasoning.programs.step_types import Sampling
 
 
 class SamplingConfig(BaseModel):
@@ -39,8 +39,8 @@ class LookaheadConfig(BaseModel):
     verifier: Literal["llm-judge", "exact", "embedding", "embedding-numbers", "random", "target-score"] = Field(
         "llm-judge", description="who decides that a draft step means the same as the target's"
     )
-    judge_threshold: float | None = Field(
-        None, ge=0.0, le=1.0,
+    verifier_threshold: float | None = Field(
+        None, ge=0.0, le=1.0, validation_alias=AliasChoices("verifier_threshold", "judge_threshold"),
         description="accept when the verifier's score (P(yes) for the LLM judge) >= this; "
         "None: a saved calibration for this verifier and model, else the verifier's default",
     )

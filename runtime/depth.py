@@ -4,7 +4,7 @@ The adaptive policy keeps running estimates, across the runs of one engine, of �
 Beta(½, ½) prior and exponential forgetting so it follows a change of regime), of
 c (draft time per drafted level / target time per round) and of the judge's cost j
 (judge time / target time), and picks the γ that maximizes the engine's theoretical
-speedup (eval/theory.py). When no γ beats plain AR it drafts nothing, and every
+speedup (runtime/theory.py). When no γ beats plain AR it drafts nothing, and every
 `probe_every` such rounds it drafts one step to refresh the estimates.
 
 The theory prices parallel width as free; a tree of width W has W^γ leaves, and
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from lookahead_reasoning.eval.theory import best_depth
+from lookahead_reasoning.runtime.theory import best_depth
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.results import RoundRecord
 

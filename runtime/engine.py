@@ -33,7 +33,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Protocol
 
-from lookahead_reasoning.programs.steps import StepOutput
+from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.depth import DepthPolicy, make_depth_policy
@@ -61,7 +61,7 @@ def _within_budget(
 
 
 class StepModels(Protocol):
-    """What the engines need from the models (SGLangRoles, or a scripted stand-in)."""
+    """What the engines need from the models (SGLangStepModels, or a scripted stand-in)."""
 
     def prompt(self, question: str) -> str: ...
 

@@ -1,5 +1,7 @@
 """Errors that reach the user as one line, never as a traceback."""
 
+from pydantic import ValidationError
+
 
 class LookaheadError(Exception):
     """A problem the user can act on: bad input, an unreachable server, a missing model."""
@@ -22,3 +24,20 @@ def first_line(error: BaseException) -> str:
     """The first line of an error's message, for one-line reports."""
     lines = str(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
+
+
+def validation_message(error: ValidationError) -> str:
+    """A pydantic validation error as one line: where the first problem is, and what it is."""
+    problem = error.errors()[0]
+    where = ".".join(map(str, problem["loc"]))
+    message = problem["msg"].removeprefix("Value error, ")
+    return f"{where + ': ' if where else ''}{message}"
+
+
+def validated(model, **values):
+    """Build a pydantic model from user input; a validation error becomes a one-line LookaheadError."""
+    try:
+        return model(**values)
+    except ValidationError as error:
+        where = "" if error.errors()[0]["loc"] else "value: "
+        raise LookaheadError(f"invalid {where}{validation_message(error)}") from None

@@ -4,7 +4,7 @@ One server per distinct model; a role whose model is already served shares that
 server (on a small machine the target doubles as judge). Each server runs in its own
 process group and is stopped by that group's id, never by name.
 
-CPU mode (DESIGN §8) sets SGLANG_USE_CPU_ENGINE=1, float32, --sleep-on-idle (an idle
+CPU mode (docs/cpu.md) sets SGLANG_USE_CPU_ENGINE=1, float32, --sleep-on-idle (an idle
 scheduler otherwise spins a whole core), --disable-overlap-schedule and a bounded KV
 pool, and puts an empty `common_ops` module on the server's PYTHONPATH: sgl_kernel
 imports it unconditionally and finds no CUDA library on a CPU-only machine. That
@@ -17,7 +17,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,11 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import requests
-
-from lookahead_reasoning.runtime import models as offline_models
+from lookahead_reasoning.runtime import offline_models
 from lookahead_reasoning.runtime.endpoints import ROLES, Endpoint, Endpoints
 from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.runtime.processes import (
+    answers, dies_with_parent, free_port, port_in_use, process_start_time, running, stop_group,
+)
 
 HF_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
@@ -72,21 +72,6 @@ def resolve_model(model: str, log: Callable[[str], None]) -> tuple[str, str | No
     return (str(path.resolve()), None) if path.exists() else (model, None)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
 def detect_device() -> str:
     try:
         import torch
@@ -111,25 +96,20 @@ class ServerProcess:
     process: subprocess.Popen
     url: str
     log_path: Path
+    restarts: int = 0  # restarts so far
+    restart_at: float | None = None  # when the next restart is due (the server is down)
+    warming: bool = False  # restarted, not yet answering
+    given_up: bool = False  # down for good: its restarts are spent
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.spec.roles)
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def stop(self, grace_s: float = 20.0) -> None:
-        if self.process.poll() is not None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.process.wait(10)
+        stop_group(self.process, grace_s)
 
     def last_log_line(self) -> str:
         try:
@@ -157,6 +137,8 @@ class ServerGroup:
         grammar_backend: str = "outlines",
         log_dir: Path | None = None,
         startup_timeout_s: float = 600.0,
+        max_restarts: int = 3,
+        restart_backoff_s: float = 2.0,
         log: Callable[[str], None] = print,
     ):
         self.device = detect_device() if device == "auto" else device
@@ -165,6 +147,9 @@ class ServerGroup:
         self.max_total_tokens = max_total_tokens
         self.grammar_backend = grammar_backend
         self.startup_timeout_s = startup_timeout_s
+        self.max_restarts = max_restarts
+        self.restart_backoff_s = restart_backoff_s
+        self.starting = False  # True while start() runs: a signal then stops at once
         self.log = log
         self.log_dir = log_dir or offline_models.cache_root().parent / "logs"
         self.servers: list[ServerProcess] = []
@@ -214,26 +199,32 @@ class ServerGroup:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_cpu_stub_dir()), env.get("PYTHONPATH")) if p)
         return env
 
+    def _spawn(self, spec: ServerSpec, port: int, log_path: Path) -> subprocess.Popen:
+        with open(log_path, "ab") as log_file:
+            return subprocess.Popen(
+                dies_with_parent(self.command(spec, port)), env=self.environment(), stdout=log_file,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+
     def start(self) -> Endpoints:
         """Prepare offline models, start every server and wait until all answer."""
-        for spec in self.specs:
-            spec.model_path, spec.chat_template = resolve_model(spec.model, self.log)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = self.environment()
-        for spec in self.specs:
-            port = spec.port or free_port()
-            log_path = self.log_dir / f"{'+'.join(spec.roles)}-{port}.log"
-            self.log(f"starting {'+'.join(spec.roles)} server ({spec.model}) on 127.0.0.1:{port}, log {log_path}")
-            with open(log_path, "wb") as log_file:
-                process = subprocess.Popen(
-                    self.command(spec, port), env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True,
-                )
-            server = ServerProcess(spec, process, f"http://127.0.0.1:{port}", log_path)
-            self.servers.append(server)
-            for role in spec.roles:
-                self.role_server[role] = server
-        self._wait_ready()
+        self.starting = True
+        try:
+            for spec in self.specs:
+                spec.model_path, spec.chat_template = resolve_model(spec.model, self.log)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            for spec in self.specs:
+                port = spec.port = spec.port or free_port()
+                log_path = self.log_dir / f"{'+'.join(spec.roles)}-{port}.log"
+                log_path.unlink(missing_ok=True)
+                self.log(f"starting {'+'.join(spec.roles)} server ({spec.model}) on 127.0.0.1:{port}, log {log_path}")
+                server = ServerProcess(spec, self._spawn(spec, port, log_path), f"http://127.0.0.1:{port}", log_path)
+                self.servers.append(server)
+                for role in spec.roles:
+                    self.role_server[role] = server
+            self._wait_ready()
+        finally:
+            self.starting = False
         return self.endpoints()
 
     def _wait_ready(self) -> None:
@@ -242,19 +233,51 @@ class ServerGroup:
         while pending:
             for server in list(pending):
                 if not server.alive():
-                    raise LookaheadError(
-                        f"the {'+'.join(server.spec.roles)} server exited during start-up: {server.last_log_line()}"
-                    )
-                try:
-                    if requests.get(server.url + "/model_info", timeout=5).status_code == 200:
-                        self.log(f"{'+'.join(server.spec.roles)} server ready at {server.url}")
-                        pending.remove(server)
-                except requests.RequestException:
-                    pass
+                    raise LookaheadError(f"the {server.name} server exited during start-up: {server.last_log_line()}")
+                if answers(server.url, timeout_s=5):
+                    self.log(f"{server.name} server ready at {server.url}")
+                    pending.remove(server)
             if pending and time.monotonic() > deadline:
                 raise LookaheadError(f"servers did not start within {self.startup_timeout_s:g} s")
             if pending:
                 time.sleep(1.0)
+
+    def supervise(self) -> None:
+        """One look at every server: schedule, start and check restarts of the dead ones.
+
+        A server gets `max_restarts` restarts, the first after `restart_backoff_s`, each next
+        one after twice as long. A draft or judge server whose restarts are spent stays down
+        (runs degrade to target steps); a target server whose restarts are spent is an error.
+        """
+        now = time.monotonic()
+        for server in self.servers:
+            if server.given_up:
+                continue
+            if server.restart_at is None and not server.alive():
+                reason = server.last_log_line() or f"exit status {server.process.returncode}"
+                if server.restarts >= self.max_restarts:
+                    if "target" in server.spec.roles:
+                        raise LookaheadError(f"the {server.name} server died and {server.restarts} restarts failed: {reason}")
+                    server.given_up = True
+                    self.log(f"the {server.name} server died and {server.restarts} restarts failed; "
+                             f"runs go on with target steps only ({reason})")
+                    continue
+                delay = self.restart_backoff_s * 2 ** server.restarts
+                server.restart_at, server.warming = now + delay, False
+                self.log(f"the {server.name} server died ({reason}); restarting in {delay:g} s "
+                         f"(try {server.restarts + 1} of {self.max_restarts})")
+            elif server.restart_at is not None and now >= server.restart_at:
+                server.restarts += 1
+                server.restart_at, server.warming = None, True
+                server.process = self._spawn(server.spec, server.spec.port, server.log_path)
+                self.log(f"restarting the {server.name} server on {server.url}")
+            elif server.warming and answers(server.url, timeout_s=1):
+                server.warming = False
+                self.log(f"the {server.name} server is ready again at {server.url}")
+
+    def restarting(self) -> list[str]:
+        """Roles whose server is down or warming up after a restart."""
+        return [role for s in self.servers if s.restart_at is not None or s.warming or s.given_up for role in s.spec.roles]
 
     def endpoints(self) -> Endpoints:
         return Endpoints(
@@ -267,10 +290,8 @@ class ServerGroup:
                 for role in ROLES
             },
             launcher_pid=os.getpid(),
+            launcher_started=process_start_time(os.getpid()),
         )
-
-    def dead_servers(self) -> list[ServerProcess]:
-        return [s for s in self.servers if not s.alive()]
 
     def stop(self) -> None:
         for server in self.servers:
@@ -288,31 +309,27 @@ class ServerGroup:
         self.stop()
 
 
-def _running(pid: int) -> bool:
-    """Whether `pid` is a live process (an exited child that is not yet reaped does not count)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def stop_launcher(endpoints: Endpoints, timeout_s: float = 60.0) -> None:
-    """Ask the launcher that wrote `endpoints` to stop its servers, and wait for it."""
+    """Ask the launcher that wrote `endpoints` to stop its servers, and wait for it.
+
+    The file names the launcher's PID and start time; a PID that now belongs to another
+    process (the launcher died and the PID was reused) is not signalled.
+    """
     pid = endpoints.launcher_pid
     if pid is None:
         raise LookaheadError("the endpoints file names no launcher process")
+    started = process_start_time(pid)
+    if started is None or not running(pid):
+        raise LookaheadError(f"launcher process {pid} is not running")
+    if endpoints.launcher_started is not None and started != endpoints.launcher_started:
+        raise LookaheadError(f"process {pid} is not the launcher that wrote the endpoints file (it started at another time)")
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         raise LookaheadError(f"launcher process {pid} is not running") from None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not _running(pid):
+        if not running(pid):
             return
         time.sleep(0.5)
     raise LookaheadError(f"launcher process {pid} did not stop within {timeout_s:g} s")

@@ -20,7 +20,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from lookahead_reasoning.programs.steps import StepOutput
+from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.runtime.errors import target_failed
 from lookahead_reasoning.runtime.results import JudgedDraft, StepRecord
 
@@ -123,7 +123,7 @@ def run_chain_round(engine, run, depth: int, cap: int, pool: ThreadPoolExecutor)
     index = len(run.log)
 
     def keep(step: StepOutput, source: str, score: float | None = None) -> None:
-        kept.append(StepRecord(text=step.text, source=source, judge_p_yes=score, round=index))
+        kept.append(StepRecord(text=step.text, source=source, verifier_score=score, round=index))
         outputs.append(step)
         engine.announce(kept[-1])
 

@@ -6,7 +6,8 @@ from typing import Callable
 
 from lookahead_reasoning.runtime.baseline import run_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.endpoints import Connection, Endpoints
+from lookahead_reasoning.runtime.connection import Connection
+from lookahead_reasoning.runtime.endpoints import Endpoints
 from lookahead_reasoning.runtime.depth import make_depth_policy
 from lookahead_reasoning.runtime.engine import Engine, make_engine
 from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord

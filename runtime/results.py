@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 
 class StepRecord(BaseModel):
     text: str
     source: Literal["draft", "target"]
-    judge_p_yes: float | None = None  # the verifier's score for an accepted draft step
+    verifier_score: float | None = None  # the verifier's score for an accepted draft step
     round: int
+
+    @computed_field
+    @property
+    def judge_p_yes(self) -> float | None:
+        """The old name of `verifier_score`, kept in the JSON for readers of earlier results."""
+        return self.verifier_score
 
 
 class JudgedDraft(BaseModel):

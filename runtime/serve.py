@@ -44,7 +44,8 @@ from lookahead_reasoning.programs.backend import BackendError
 from lookahead_reasoning.programs.roles import render_conversation
 from lookahead_reasoning.runtime.baseline import continue_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig, SamplingConfig
-from lookahead_reasoning.runtime.endpoints import ROLES, Connection
+from lookahead_reasoning.runtime.connection import Connection
+from lookahead_reasoning.runtime.endpoints import ROLES
 from lookahead_reasoning.runtime.engine import make_engine
 from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure, TimeLimitExceeded, first_line
 from lookahead_reasoning.runtime.results import LookaheadResult
@@ -138,7 +139,7 @@ class LookaheadService:
     def run(self, prompt: str | list[dict], config: LookaheadConfig, model: str, on_step=None) -> dict:
         """Blocking: render the prompt, run LR or AR, return text, finish reason, usage and statistics."""
         deadline = time.monotonic() + self.settings.request_timeout_s
-        models = self.connection.roles(config)
+        models = self.connection.step_models(config)
         try:
             text_prompt = prompt if isinstance(prompt, str) else render_conversation(self.connection.backends["target"], prompt)
             if model == AR_MODEL:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lookahead_reasoning.programs.steps import StepOutput
+from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.runtime.results import StepRecord
 from lookahead_reasoning.verifiers.base import Verdict
 
@@ -121,7 +121,7 @@ def kept_steps(
     tree: DraftTree, verdicts: list[Verdict], path: list[int], target_after: dict[int, StepOutput], round_index: int
 ) -> tuple[list[StepRecord], list[StepOutput]]:
     records = [
-        StepRecord(text=tree.nodes[i].step.text, source="draft", judge_p_yes=verdicts[i].score, round=round_index)
+        StepRecord(text=tree.nodes[i].step.text, source="draft", verifier_score=verdicts[i].score, round=round_index)
         for i in path
     ]
     outputs = [tree.nodes[i].step for i in path]

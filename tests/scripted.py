@@ -8,7 +8,7 @@ ends on EOS, the others on the delimiter.
 
 from __future__ import annotations
 
-from lookahead_reasoning.programs.steps import StepOutput
+from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.verifiers.base import Verdict
 
 DELIM = "\n\n"

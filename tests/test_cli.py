@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-LOOKAHEAD = [sys.executable, "-m", "lookahead_reasoning.runtime.cli"]
+LOOKAHEAD = [sys.executable, "-m", "lookahead_reasoning.cli"]
 
 
 def lookahead(*args, timeout=120, env=None):
@@ -70,70 +70,97 @@ def test_unknown_offline_model():
     one_line_error(lookahead("models", "prepare", "gpt-17"), "unknown model")
 
 
-def _launch(endpoints: Path, draft: str, target: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [*LOOKAHEAD, "launch", "--draft", draft, "--target", target, "--device", "cpu",
-         "--endpoints", str(endpoints), "--max-total-tokens", "4096"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )
+def _launch(endpoints: Path, draft: str, target: str, log: Path, *extra: str) -> subprocess.Popen:
+    with open(log, "w") as stderr:
+        return subprocess.Popen(
+            [*LOOKAHEAD, "launch", "--draft", draft, "--target", target, "--device", "cpu",
+             "--endpoints", str(endpoints), "--max-total-tokens", "4096", *extra],
+            stdout=subprocess.DEVNULL, stderr=stderr, text=True, start_new_session=True,
+        )
 
 
-def _wait_for(path: Path, proc, timeout=300):
+def _wait_for(done, proc, log: Path, what: str, timeout=300):
     deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, proc.stderr.read()
-        assert time.monotonic() < deadline, "launch did not write the endpoints file in time"
-        time.sleep(1)
+    while not done():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"{what} did not happen in time:\n{log.read_text()}"
+        time.sleep(0.5)
 
 
 @pytest.mark.server
-def test_launch_run_json_and_stop(tmp_path):
-    endpoints = tmp_path / "endpoints.json"
-    launcher = _launch(endpoints, "tiny-draft", "tiny")
+def test_launch_run_json_supervise_and_die_with_the_launcher(tmp_path):
+    from lookahead_reasoning.runtime.config import LookaheadConfig
+    from lookahead_reasoning.runtime.endpoints import load_endpoints
+    from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
+
+    endpoints, log = tmp_path / "endpoints.json", tmp_path / "launch.log"
+    # the first restart waits 30 s: the run below starts while the draft is certainly down
+    launcher = _launch(endpoints, "tiny-draft", "tiny", log, "--restart-backoff", "30")
+    servers = []
     try:
-        _wait_for(endpoints, launcher)
+        _wait_for(endpoints.exists, launcher, log, "writing the endpoints file")
         spec = json.loads(endpoints.read_text())
         assert spec["judge"]["url"] == spec["target"]["url"] != spec["draft"]["url"]
+        servers = [os.getpgid(_server_pid(int(spec[role]["url"].rsplit(":", 1)[1]))) for role in ("draft", "target")]
 
         proc = lookahead("run", "What is two and three?", "--endpoints", str(endpoints), "--json", "--baseline")
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)  # exactly one JSON object on stdout
-        assert out["text"].startswith("We add two and three\n\n")
-        assert out["answer"] in ("5", "6")
-        assert {s["source"] for s in out["steps"]} <= {"draft", "target"}
+        assert out["text"] == "We add two and three\n\nHence \\boxed{5}"
+        assert out["answer"] == "5"
+        assert [s["source"] for s in out["steps"]] == ["draft", "target"]
         stats = out["stats"]
-        for key in ("rounds", "draft_steps_judged", "draft_steps_accepted", "acceptance_rate", "wall_time_s"):
-            assert key in stats
+        assert stats["draft_steps_accepted"] == 1 and stats["degraded"] == []
         for role in ("draft", "target", "judge"):
             assert {"prompt_tokens", "completion_tokens", "cached_tokens"} <= set(stats[role])
         assert out["baseline"]["answer"] == "5" and out["speedup"] > 0
         assert "round 1" in proc.stderr  # live progress goes to stderr
 
-        # the draft server dies mid-session: the next run degrades to target steps and says so
-        draft_port = int(spec["draft"]["url"].rsplit(":", 1)[1])
-        draft_pid = _server_pid(draft_port)
-        os.killpg(os.getpgid(draft_pid), signal.SIGKILL)
-        proc = lookahead("run", "What is two and three?", "--endpoints", str(endpoints), "--json")
-        if proc.returncode == 0:  # connected before noticing: degraded
-            assert json.loads(proc.stdout)["stats"]["degraded"]
-        else:
-            one_line_error(proc, "draft server")
-        assert launcher.wait(30) != 0  # the launcher notices the dead server, stops the rest and fails
-        assert not endpoints.exists()
+        # the draft server dies: the launcher keeps the target and restarts the draft; meanwhile runs
+        # degrade to target steps, and after the restart they draft again
+        reasoner = LookaheadReasoner(load_endpoints(endpoints), LookaheadConfig(depth=2, max_tokens=64))
+        os.killpg(servers[0], signal.SIGKILL)
+        _wait_for(lambda: "restarting in 30 s" in log.read_text(), launcher, log, "noticing the dead draft", 30)
+        degraded = reasoner.run("What is two and three?")
+        assert len(degraded.stats.degraded) == 1 and degraded.stats.degraded[0].startswith("draft failed")
+        assert degraded.text == out["text"] and {s.source for s in degraded.steps} == {"target"}
+        _wait_for(lambda: "draft server is ready again" in log.read_text(), launcher, log, "restarting the draft")
+        again = reasoner.run("What is two and three?")
+        assert again.stats.degraded == [] and again.stats.draft_steps_accepted == 1
+        servers.append(os.getpgid(_server_pid(int(spec["draft"]["url"].rsplit(":", 1)[1]))))
+
+        # SIGKILL leaves the launcher no chance to clean up: its servers die with it all the same
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait(10)
+        deadline = time.monotonic() + 30
+        while _group_members(servers) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _group_members(servers) == []
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
+        for pgid in servers:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 @pytest.mark.server
 def test_stop_command_stops_the_launcher(tmp_path):
-    endpoints = tmp_path / "endpoints.json"
-    launcher = _launch(endpoints, "tiny", "tiny")
+    endpoints, log = tmp_path / "endpoints.json", tmp_path / "launch.log"
+    launcher = _launch(endpoints, "tiny", "tiny", log)
     try:
-        _wait_for(endpoints, launcher)
-        url = json.loads(endpoints.read_text())["target"]["url"]
-        port = int(url.rsplit(":", 1)[1])
+        _wait_for(endpoints.exists, launcher, log, "writing the endpoints file")
+        spec = json.loads(endpoints.read_text())
+        port = int(spec["target"]["url"].rsplit(":", 1)[1])
         server_pid = _server_pid(port)
+
+        stale = tmp_path / "stale.json"  # the same PID with another start time: not our launcher
+        stale.write_text(json.dumps({**spec, "launcher_started": spec["launcher_started"] + 1}))
+        one_line_error(lookahead("stop", "--endpoints", str(stale)), "not the launcher")
+        assert launcher.poll() is None
+
         proc = lookahead("stop", "--endpoints", str(endpoints))
         assert proc.returncode == 0, proc.stderr
         assert launcher.wait(60) == 0
@@ -157,6 +184,20 @@ def _server_pid(port: int) -> int:
         if b"sglang.launch_server" in cmd and str(port).encode() in cmd:
             return int(entry.name)
     raise AssertionError(f"no server on port {port}")
+
+
+def _group_members(pgids: list[int]) -> list[int]:
+    """Live (not zombie) processes in any of these process groups."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[2]) in pgids:
+                members.append(int(entry.name))
+    return members
 
 
 def _alive(pid: int) -> bool:

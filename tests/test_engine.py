@@ -49,7 +49,7 @@ def test_equivalent_but_different_draft_step_is_kept_with_its_score():
     judge = ScriptedJudge(accept_words={"makes"})
     result = engine(ScriptedModels(TARGET, draft), judge, depth=3).run("q")
     assert result.steps[1].text == "which makes 5" + DELIM
-    assert result.steps[1].source == "draft" and result.steps[1].judge_p_yes == 0.9
+    assert result.steps[1].source == "draft" and result.steps[1].verifier_score == 0.9
     assert judge.pairs_seen == [(TARGET[1] + DELIM, "which makes 5" + DELIM)]  # only the non-identical pair
 
 
@@ -263,7 +263,7 @@ def _record(depth, accepted, positions, draft_s=0.01, target_s=0.1, judge_s=0.01
 
 
 def test_adaptive_depth_follows_alpha_and_falls_back_to_ar():
-    from lookahead_reasoning.eval.theory import best_depth
+    from lookahead_reasoning.runtime.theory import best_depth
     from lookahead_reasoning.runtime.depth import AdaptiveDepth
 
     policy = AdaptiveDepth("sync", initial=4, max_depth=8)

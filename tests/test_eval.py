@@ -18,7 +18,7 @@ from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
 from lookahead_reasoning.runtime.errors import LookaheadError
 
-CONFIG = LookaheadConfig(depth=2, max_tokens=400, max_step_tokens=20, verifier="llm-judge", judge_threshold=0.5,
+CONFIG = LookaheadConfig(depth=2, max_tokens=400, max_step_tokens=20, verifier="llm-judge", verifier_threshold=0.5,
                          request_timeout_s=10)
 
 
@@ -50,7 +50,7 @@ def problems(tmp_path):
 INTERRUPTIBLE_CLI = [
     sys.executable, "-c",
     "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "from lookahead_reasoning.runtime.cli import main; sys.argv[0] = 'lookahead'; main()",
+    "from lookahead_reasoning.cli.app import main; sys.argv[0] = 'lookahead'; main()",
 ]
 
 
@@ -163,7 +163,7 @@ def test_sweep_on_simulated_servers_writes_table_3(tmp_path):
     data.write_text("".join(json.dumps({"question": f"q{i}", "answer": "1"}) + "\n" for i in range(2)))
     out = tmp_path / "sweep"
     finished = subprocess.run(
-        [sys.executable, "-m", "lookahead_reasoning.runtime.cli", "sweep", "--dataset", "gsm8k", "--data", str(data),
+        [sys.executable, "-m", "lookahead_reasoning.cli", "sweep", "--dataset", "gsm8k", "--data", str(data),
          "--width", "1,2", "--depth", "1,2", "--sim", "--sim-alpha", "0.7", "--sim-target-ms", "2", "--out", str(out)],
         capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600,
     )
@@ -175,7 +175,7 @@ def test_sweep_on_simulated_servers_writes_table_3(tmp_path):
     assert (out / "sweep.png").stat().st_size > 0
     methods = {json.loads(line)["method"] for line in (out / "results.jsonl").read_text().splitlines()}
     assert methods == {"ar", "lr-w1-d1", "lr-w1-d2", "lr-w2-d1", "lr-w2-d2"}
-    bad = subprocess.run([sys.executable, "-m", "lookahead_reasoning.runtime.cli", "sweep", "--dataset", "gsm8k",
+    bad = subprocess.run([sys.executable, "-m", "lookahead_reasoning.cli", "sweep", "--dataset", "gsm8k",
                           "--data", str(data), "--width", "0", "--sim", "--out", str(out)], capture_output=True)
     assert bad.returncode == 1 and b"--width needs numbers >= 1" in bad.stderr
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.server
 
 def cli(*args, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LOOKAHEAD_CALIBRATION": str(tmp_path / "cal.json")}
-    return subprocess.run([sys.executable, "-m", "lookahead_reasoning.runtime.cli", *args],
+    return subprocess.run([sys.executable, "-m", "lookahead_reasoning.cli", *args],
                           capture_output=True, text=True, env=env, timeout=600)
 
 

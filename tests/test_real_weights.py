@@ -40,7 +40,7 @@ def test_one_server_serves_all_three_roles(smollm2):
 def test_lookahead_end_to_end_with_real_weights(smollm2):
     # A sampled draft against a greedy target, so that drafts differ and the judge is asked.
     config = LookaheadConfig(
-        depth=2, max_tokens=96, max_step_tokens=40, draft_sampling={"temperature": 1.0}, judge_threshold=0.5
+        depth=2, max_tokens=96, max_step_tokens=40, draft_sampling={"temperature": 1.0}, verifier_threshold=0.5
     )
     reasoner = LookaheadReasoner(smollm2.endpoints(), config)
     result = reasoner.run("Tom has 3 apples and buys 4 more. How many apples does he have?")

@@ -14,8 +14,9 @@ import uvicorn
 
 from lookahead_reasoning.eval.simserver import SimConfig, SimServerThread
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.endpoints import Connection, Endpoint, Endpoints
-from lookahead_reasoning.runtime.launcher import free_port
+from lookahead_reasoning.runtime.connection import Connection
+from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.processes import free_port
 from lookahead_reasoning.runtime.serve import ServeSettings, build_app
 
 STEPS = 5
@@ -290,7 +291,7 @@ def test_serve_command_starts_on_loopback_and_refuses_a_busy_port(sims):
     import sys
 
     port = free_port()
-    cli = [sys.executable, "-m", "lookahead_reasoning.runtime.cli", "serve", "--draft-url", sims["draft"].url,
+    cli = [sys.executable, "-m", "lookahead_reasoning.cli", "serve", "--draft-url", sims["draft"].url,
            "--target-url", sims["target"].url, "--judge-url", sims["judge"].url, "--chat-template", "chatml"]
     proc = subprocess.Popen([*cli, "--port", str(port)], stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

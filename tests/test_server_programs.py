@@ -7,7 +7,7 @@ writes the same first step and "Thus \\boxed{6}" + EOS.
 import pytest
 
 from lookahead_reasoning.programs import LookaheadEndpoint, draft_steps, judge_pairs
-from lookahead_reasoning.programs.steps import Sampling
+from lookahead_reasoning.programs.step_types import Sampling
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.engine import SyncEngine
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner

@@ -113,7 +113,7 @@ def test_engines_with_the_judge_keep_a_consistent_trace(sims, engine, width):
     for i, step in enumerate(result.steps):
         assert step.text.startswith(f"s{i}-")
         if step.source == "draft":
-            assert step.judge_p_yes == pytest.approx(0.95)  # kept only on a yes
+            assert step.verifier_score == pytest.approx(0.95)  # kept only on a yes
     assert 0 < result.stats.draft_steps_accepted <= result.stats.draft_steps_judged
 
 
@@ -130,7 +130,7 @@ def test_a_stalled_judge_times_out_and_drafts_are_rejected(sims):
     sims["judge"].engine.state.fault = "stall"
     result = reasoner.run("q")
     assert "verifier failed" in result.stats.degraded[0] and "did not answer" in result.stats.degraded[0]
-    assert all(s.source == "target" or s.judge_p_yes == 1.0 for s in result.steps)  # only exact matches kept
+    assert all(s.source == "target" or s.verifier_score == 1.0 for s in result.steps)  # only exact matches kept
     sims["judge"].engine.state.fault = "ok"
     assert result.text == reasoner.baseline("q").text
 

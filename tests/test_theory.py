@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead_reasoning.eval import theory
+from lookahead_reasoning.runtime import theory
 
 
 def test_token_level_hand_value():

@@ -100,7 +100,7 @@ def test_unknown_verifier_and_bad_pair_files(tmp_path):
 
 def cli(*args, env_extra=None):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "lookahead_reasoning.runtime.cli", *args],
+    return subprocess.run([sys.executable, "-m", "lookahead_reasoning.cli", *args],
                           capture_output=True, text=True, env=env, timeout=600)
 
 

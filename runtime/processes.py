@@ -1,0 +1,142 @@
+"""Ports, child processes and in-thread HTTP servers: the helpers every launcher shares.
+
+Children run in their own process group and are stopped by that group's id, never by name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable
+
+import requests
+
+# A child that must not outlive the process that started it: the kernel sends it SIGKILL
+# when that process dies (prctl PR_SET_PDEATHSIG survives exec), and it exits at once
+# if its parent is already gone. preexec_fn is not safe in a threaded process, so a
+# one-line Python prelude sets it and then execs the real command.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys; "
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL)); "
+    "os.getppid() == int(sys.argv[1]) or os._exit(1); "
+    "os.execvp(sys.argv[2], sys.argv[2:])"
+)
+
+
+def dies_with_parent(command: list[str]) -> list[str]:
+    """`command` wrapped so that the kernel kills it when this process dies (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *command]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (field 3 onwards), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a live process (an exited child that is not yet reaped does not count)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    fields = _stat_fields(pid)
+    return fields is None or fields[0] != "Z"
+
+
+def process_start_time(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (with the PID, it names one process); None if gone."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def stop_group(process: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """SIGTERM to the child's process group, SIGKILL after `grace_s`; waits for the child."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(10)
+
+
+def answers(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether an SGLang (or simulated) server at `url` answers its model-info route."""
+    for route in ("/model_info", "/get_model_info"):
+        try:
+            if requests.get(url + route, timeout=timeout_s).status_code == 200:
+                return True
+        except requests.RequestException:
+            return False
+    return False
+
+
+def wait_until(ready: Callable[[], bool], alive: Callable[[], bool], timeout_s: float, what: str,
+               poll_s: float = 0.2) -> None:
+    """Poll `ready` until it holds; RuntimeError when `alive` fails first or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if not alive():
+            raise RuntimeError(f"{what} exited during start-up")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start within {timeout_s:g} s")
+        time.sleep(poll_s)
+
+
+class UvicornThread:
+    """An ASGI app served by uvicorn on 127.0.0.1 in a daemon thread; a context manager."""
+
+    def __init__(self, app, port: int = 0, on_exit: Callable[[], None] | None = None):
+        import uvicorn
+
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.on_exit = on_exit
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> UvicornThread:
+        self.thread.start()
+        wait_until(lambda: self.server.started, self.thread.is_alive, 30, f"HTTP server on {self.url}", 0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.on_exit:
+            self.on_exit()
+        self.server.should_exit = True
+        self.thread.join(10)
