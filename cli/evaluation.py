@@ -36,7 +36,7 @@ def servers(sim: bool, sim_alpha: float, sim_c: float, sim_target_ms: float, end
     if not sim:
         yield endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)
         return
-    from lookahead_reasoning.eval.bench import LatencyModel, SimCluster
+    from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
 
     with SimCluster(LatencyModel(target_decode_ms=sim_target_ms, judge_decode_ms=sim_target_ms / 2)) as cluster:
         cluster.configure(sim_alpha, sim_c)
@@ -251,13 +251,14 @@ def sweep_command(
 ):
     """Sweep tree width against depth (the paper's Table 3): accuracy / acceptance / speedup per cell."""
     from lookahead_reasoning.eval.datasets import dataset_spec, load_problems
-    from lookahead_reasoning.eval.report import write_report
-    from lookahead_reasoning.eval.sweep import plot_sweep, sweep_methods, table3
 
     spec = dataset_spec(dataset)
     widths, depths = number_list(width, "width", int, minimum=1), number_list(depth, "depth", int, minimum=1)
     if sim and not (0.0 < sim_alpha < 1.0 and sim_c > 0.0 and sim_target_ms > 0.0):
         raise LookaheadError("--sim-alpha must lie in (0, 1), and --sim-c and --sim-target-ms must be > 0")
+    from lookahead_reasoning.eval.report import write_report
+    from lookahead_reasoning.eval.sweep import plot_sweep, sweep_methods, table3
+
     config = make_config(
         max_tokens=max_tokens, max_step_tokens=max_step_tokens, engine=engine, verifier=verifier,
         verifier_threshold=threshold, max_tree_nodes=max_tree_nodes, seed=seed, request_timeout_s=timeout,
@@ -306,7 +307,9 @@ def bench(
     out: Optional[Path] = typer.Option(None, help="write bench.json, bench.md and PNG plots here"),
 ):
     """Measure the engines' speedup against the theory, on simulated servers with GPU-like timing."""
-    from lookahead_reasoning.eval.bench import Grid, LatencyModel, alpha_shift_check, markdown_table, run_grid, write_report
+    from lookahead_reasoning.eval.bench import Grid, alpha_shift_check, run_grid
+    from lookahead_reasoning.eval.bench_report import markdown_table, write_report
+    from lookahead_reasoning.eval.simserver import LatencyModel
 
     if serve_load:
         _bench_serve(url, requests_n, concurrency, max_concurrent, queue_timeout, time_limit, api_key, as_json)

@@ -14,34 +14,27 @@ problems. Reported per point:
 - overhead_ms_per_round: median over rounds of the round's wall time not covered by
   any HTTP request in flight (client-side scheduling and program overhead);
 - prefix_hit_ratio: cached / prompt tokens over the target's branches.
+
+The simulated cluster and its latency model live with the simulated server (simserver.py);
+the JSON, markdown and plots of a run are written by bench_report.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import statistics
-import subprocess
-import sys
-import time
-from pathlib import Path
 from typing import Callable, Literal, Union
 
-import requests
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, model_validator
 
+from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
 from lookahead_reasoning.runtime import theory
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.depth import depth_limit
-from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
 from lookahead_reasoning.runtime.errors import LookaheadError
-from lookahead_reasoning.runtime.processes import free_port
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 from lookahead_reasoning.runtime.results import LookaheadResult
 
 Depth = Union[int, Literal["adaptive"]]
-JUDGE_TICKS = 2  # a judge answer is one token, then EOS
 
 
 class Grid(BaseModel):
@@ -72,19 +65,6 @@ class Grid(BaseModel):
         return cls(alphas=[0.6, 0.8], cs=[0.1], depths=[1, 2, 4, "adaptive"], engines=["sync", "async"], widths=[1, 2])
 
 
-class LatencyModel(BaseModel):
-    target_decode_ms: float = Field(20.0, gt=0, description="a 32B-class target on a GPU: about 20 ms per token")
-    judge_decode_ms: float = Field(10.0, gt=0, description="a 7B-class judge")
-    step_tokens: int = Field(16, ge=2)
-    steps: int = Field(12, ge=2)
-    problems: int = Field(2, ge=1)
-    question_words: int = Field(120, ge=1, description="length of each simulated question")
-
-    def judge_cost(self) -> float:
-        """j: judge time per round / target time per step (one step = step_tokens + the delimiter)."""
-        return JUDGE_TICKS * self.judge_decode_ms / ((self.step_tokens + 1) * self.target_decode_ms)
-
-
 class BenchPoint(BaseModel):
     alpha: float
     c: float
@@ -100,68 +80,6 @@ class BenchPoint(BaseModel):
     ar_s: float
     method_s: float
     rounds: int
-
-
-class SimCluster:
-    """Three simulated servers in their own processes; stopped by process group."""
-
-    def __init__(self, latency: LatencyModel, seed: int = 0):
-        self.latency = latency
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.urls: dict[str, str] = {}
-        self.seed = seed
-
-    def __enter__(self) -> SimCluster:
-        try:
-            for role in ("draft", "target", "judge"):
-                port = free_port()
-                self.procs[role] = subprocess.Popen(
-                    [sys.executable, "-m", "lookahead_reasoning.cli", "simserver", "--role", role,
-                     "--port", str(port)],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-                )
-                self.urls[role] = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            for role, url in self.urls.items():
-                while True:
-                    try:
-                        if requests.get(url + "/model_info", timeout=2).ok:
-                            break
-                    except requests.RequestException:
-                        pass
-                    if self.procs[role].poll() is not None or time.monotonic() > deadline:
-                        raise LookaheadError(f"simulated {role} server did not start")
-                    time.sleep(0.2)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-
-    def configure(self, alpha: float, c: float, alpha_schedule: list[tuple[int, float]] | None = None) -> None:
-        lat = self.latency
-        common = {"step_tokens": lat.step_tokens, "steps": lat.steps, "seed": self.seed}
-        settings = {
-            "draft": {**common, "decode_ms": c * lat.target_decode_ms},
-            "target": {**common, "decode_ms": lat.target_decode_ms},
-            "judge": {**common, "decode_ms": lat.judge_decode_ms, "alpha": alpha,
-                      "alpha_schedule": alpha_schedule or []},
-        }
-        for role, body in settings.items():
-            res = requests.post(self.urls[role] + "/sim/config", json=body, timeout=10)
-            if not res.ok:
-                raise LookaheadError(f"simulated {role} server refused its settings: {res.text}")
-
-    def endpoints(self) -> Endpoints:
-        return Endpoints(**{r: Endpoint(url=u, chat_template="chatml") for r, u in self.urls.items()})
 
 
 def questions(latency: LatencyModel) -> list[str]:
@@ -280,52 +198,3 @@ def alpha_shift_check(latency: LatencyModel, default_depth: int = 4, c: float = 
             wall, _, _ = measure_method(cluster, config, problems)
             out[name] = ar_s / wall
     return out
-
-
-def write_report(points: list[BenchPoint], out: Path, extra: dict | None = None) -> None:
-    """JSON, a markdown table, and PNG plots (speedup against γ per α, measured and theory)."""
-    out.mkdir(parents=True, exist_ok=True)
-    payload = {"points": [p.model_dump() for p in points], **(extra or {})}
-    (out / "bench.json").write_text(json.dumps(payload, indent=2))
-    (out / "bench.md").write_text(markdown_table(points))
-    _plots(points, out)
-
-
-def markdown_table(points: list[BenchPoint]) -> str:
-    head = "| α | c | γ | W | engine | measured | theory | ratio | overhead ms/round | prefix hit | realized α |\n"
-    head += "|---|---|---|---|---|---|---|---|---|---|---|\n"
-    rows = [
-        f"| {p.alpha} | {p.c} | {p.depth} | {p.width} | {p.engine} | {p.measured_speedup:.2f} | "
-        f"{p.theory_speedup:.2f} | {p.ratio:.2f} | {p.overhead_ms_per_round:.1f} | "
-        f"{'' if p.prefix_hit_ratio is None else f'{p.prefix_hit_ratio:.2f}'} | "
-        f"{'' if p.realized_alpha is None else f'{p.realized_alpha:.2f}'} |"
-        for p in points
-    ]
-    return head + "\n".join(rows) + "\n"
-
-
-def _plots(points: list[BenchPoint], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    for engine in sorted({p.engine for p in points}):
-        for width in sorted({p.width for p in points}):
-            chosen = [p for p in points if p.engine == engine and p.width == width and p.depth != "adaptive"]
-            if not chosen:
-                continue
-            fig, ax = plt.subplots(figsize=(6, 4))
-            for alpha in sorted({p.alpha for p in chosen}):
-                for c in sorted({p.c for p in chosen}):
-                    series = sorted((p for p in chosen if p.alpha == alpha and p.c == c), key=lambda p: p.depth)
-                    xs = [p.depth for p in series]
-                    line = ax.plot(xs, [p.measured_speedup for p in series], marker="o", label=f"α={alpha}, c={c}")
-                    ax.plot(xs, [p.theory_speedup for p in series], linestyle="--", color=line[0].get_color())
-            ax.set_xlabel("γ (draft steps per round)")
-            ax.set_ylabel("speedup over AR")
-            ax.set_title(f"{engine} engine, W={width}: measured (solid) vs theory (dashed)")
-            ax.legend(fontsize=7)
-            fig.tight_layout()
-            fig.savefig(out / f"speedup_{engine}_w{width}.png", dpi=110)
-            plt.close(fig)

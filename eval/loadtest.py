@@ -85,28 +85,24 @@ class LocalStack:
         self.max_concurrent, self.queue_timeout_s, self.engine = max_concurrent, queue_timeout_s, engine
 
     def __enter__(self) -> str:
-        import uvicorn
-
-        from lookahead_reasoning.eval.bench import LatencyModel, SimCluster
+        from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
         from lookahead_reasoning.runtime.config import LookaheadConfig
         from lookahead_reasoning.runtime.connection import Connection
-        from lookahead_reasoning.runtime.processes import free_port
+        from lookahead_reasoning.runtime.processes import UvicornThread
         from lookahead_reasoning.runtime.serve import ServeSettings, build_app
 
         self.cluster = SimCluster(LatencyModel()).__enter__()
-        self.cluster.configure(alpha=0.7, c=0.1)
-        config = LookaheadConfig(depth=4, engine=self.engine, max_tokens=4096, max_step_tokens=24)
-        settings = ServeSettings(max_concurrent=self.max_concurrent, queue_timeout_s=self.queue_timeout_s)
-        port = free_port()
-        app = build_app(Connection(self.cluster.endpoints(), config), config, settings)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{port}"
+        try:
+            self.cluster.configure(alpha=0.7, c=0.1)
+            config = LookaheadConfig(depth=4, engine=self.engine, max_tokens=4096, max_step_tokens=24)
+            settings = ServeSettings(max_concurrent=self.max_concurrent, queue_timeout_s=self.queue_timeout_s)
+            app = build_app(Connection(self.cluster.endpoints(), config), config, settings)
+            self.server = UvicornThread(app).__enter__()
+        except BaseException:
+            self.cluster.__exit__()
+            raise
+        return self.server.url
 
     def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
+        self.server.__exit__()
         self.cluster.__exit__()

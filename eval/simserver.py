@@ -24,6 +24,10 @@ probability α(step), decided by a hash of the seed and the prompt: deterministi
 
 Faults: POST /sim/fault {"mode": "fail"} answers every request with HTTP 500,
 {"mode": "stall"} never answers, {"mode": "ok"} heals.
+
+Running servers: `SimServerThread` serves one in a thread of this process (tests);
+`SimCluster` starts draft, target and judge in processes of their own, timed by a
+`LatencyModel` (the benchmarks, `--sim` runs and the load check).
 """
 
 from __future__ import annotations
@@ -32,14 +36,20 @@ import asyncio
 import hashlib
 import math
 import re
-import threading
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+import requests
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.runtime.processes import UvicornThread, answers, free_port, stop_group, wait_until
 
 DELIM = "\n\n"
 ASSISTANT = "<|im_start|>assistant\n"
@@ -325,39 +335,15 @@ def build_app(engine: SimEngine) -> FastAPI:
     return app
 
 
-class SimServerThread:
+class SimServerThread(UvicornThread):
     """A simulated server on 127.0.0.1 in a background thread (for tests)."""
 
     def __init__(self, config: SimConfig, port: int = 0):
-        import socket
-
-        import uvicorn
-
-        if port == 0:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
         self.engine = SimEngine(config)
-        self.server = uvicorn.Server(
-            uvicorn.Config(build_app(self.engine), host="127.0.0.1", port=port, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        super().__init__(build_app(self.engine), port, on_exit=self._release_stalled)
 
-    def __enter__(self) -> SimServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("simulated server did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.engine.state.fault = "ok"  # release stalled handlers
-        self.server.should_exit = True
-        self.thread.join(10)
+    def _release_stalled(self) -> None:
+        self.engine.state.fault = "ok"  # stalled handlers return, so the server can stop
 
 
 def serve(config: SimConfig, port: int) -> None:
@@ -365,3 +351,75 @@ def serve(config: SimConfig, port: int) -> None:
     import uvicorn
 
     uvicorn.run(build_app(SimEngine(config)), host="127.0.0.1", port=port, log_level="warning")
+
+
+# --- the simulated cluster: three servers in their own processes ---------------------------------------
+
+JUDGE_TICKS = 2  # a judge answer is one token, then EOS
+START_TIMEOUT_S = 60.0
+
+
+class LatencyModel(BaseModel):
+    target_decode_ms: float = Field(20.0, gt=0, description="a 32B-class target on a GPU: about 20 ms per token")
+    judge_decode_ms: float = Field(10.0, gt=0, description="a 7B-class judge")
+    step_tokens: int = Field(16, ge=2)
+    steps: int = Field(12, ge=2)
+    problems: int = Field(2, ge=1)
+    question_words: int = Field(120, ge=1, description="length of each simulated question")
+
+    def judge_cost(self) -> float:
+        """j: judge time per round / target time per step (one step = step_tokens + the delimiter)."""
+        return JUDGE_TICKS * self.judge_decode_ms / ((self.step_tokens + 1) * self.target_decode_ms)
+
+
+class SimCluster:
+    """Three simulated servers in their own processes; stopped by process group."""
+
+    def __init__(self, latency: LatencyModel, seed: int = 0):
+        self.latency = latency
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.urls: dict[str, str] = {}
+        self.seed = seed
+
+    def __enter__(self) -> SimCluster:
+        try:
+            for role in ("draft", "target", "judge"):
+                port = free_port()
+                self.procs[role] = subprocess.Popen(
+                    [sys.executable, "-m", "lookahead_reasoning.cli", "simserver", "--role", role,
+                     "--port", str(port)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                )
+                self.urls[role] = f"http://127.0.0.1:{port}"
+            for role, url in self.urls.items():  # they start together, so the later ones wait little
+                proc = self.procs[role]
+                try:
+                    wait_until(lambda: answers(url), lambda: proc.poll() is None, START_TIMEOUT_S,
+                               f"simulated {role} server")
+                except RuntimeError as error:
+                    raise LookaheadError(str(error)) from None
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self.procs.values():
+            stop_group(proc, grace_s=10)
+
+    def configure(self, alpha: float, c: float, alpha_schedule: list[tuple[int, float]] | None = None) -> None:
+        lat = self.latency
+        common = {"step_tokens": lat.step_tokens, "steps": lat.steps, "seed": self.seed}
+        settings = {
+            "draft": {**common, "decode_ms": c * lat.target_decode_ms},
+            "target": {**common, "decode_ms": lat.target_decode_ms},
+            "judge": {**common, "decode_ms": lat.judge_decode_ms, "alpha": alpha,
+                      "alpha_schedule": alpha_schedule or []},
+        }
+        for role, body in settings.items():
+            res = requests.post(self.urls[role] + "/sim/config", json=body, timeout=10)
+            if not res.ok:
+                raise LookaheadError(f"simulated {role} server refused its settings: {res.text}")
+
+    def endpoints(self) -> Endpoints:
+        return Endpoints(**{r: Endpoint(url=u, chat_template="chatml") for r, u in self.urls.items()})

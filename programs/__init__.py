@@ -1,19 +1,26 @@
 """What each model is asked: the SGLang frontend programs and their prompt texts.
 
-Every SGLang-frontend call of the project lives in this package.
+Every SGLang-frontend call of the project lives in this package. The names below load on
+first use, so that `programs.step_types` and `programs.prompts` import without SGLang.
 """
 
-from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
-from lookahead_reasoning.programs.judge import JudgeAnswer, judge
-from lookahead_reasoning.programs.lookahead import lookahead, lookahead_turn
-from lookahead_reasoning.programs.roles import SGLangStepModels, judge_pairs, render_question
-from lookahead_reasoning.programs.step_types import Sampling, StepOutput
-from lookahead_reasoning.programs.steps import draft_steps, free_generation, target_steps
+import importlib
 
-SGLangRoles = SGLangStepModels  # the name before 0.2, kept for existing imports
+_API = {
+    "BackendError": "backend", "LookaheadEndpoint": "backend",
+    "JudgeAnswer": "judge", "judge": "judge",
+    "lookahead": "lookahead", "lookahead_turn": "lookahead",
+    "SGLangStepModels": "roles", "judge_pairs": "roles", "render_question": "roles",
+    "Sampling": "step_types", "StepOutput": "step_types",
+    "draft_steps": "steps", "free_generation": "steps", "target_steps": "steps",
+}
+_OLD_NAMES = {"SGLangRoles": "SGLangStepModels"}  # names before 0.2, kept for existing imports
 
-__all__ = [
-    "BackendError", "JudgeAnswer", "LookaheadEndpoint", "SGLangRoles", "SGLangStepModels", "Sampling", "StepOutput",
-    "draft_steps", "free_generation", "judge", "judge_pairs", "lookahead", "lookahead_turn",
-    "render_question", "target_steps",
-]
+__all__ = sorted([*_API, *_OLD_NAMES])
+
+
+def __getattr__(name):
+    name = _OLD_NAMES.get(name, name)
+    if name in _API:
+        return getattr(importlib.import_module(f"{__name__}.{_API[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

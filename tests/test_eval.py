@@ -13,9 +13,8 @@ from lookahead_reasoning.eval.datasets import load_problems
 from lookahead_reasoning.eval.records import EvalRecord, ResultStore
 from lookahead_reasoning.eval.report import summarize, write_report
 from lookahead_reasoning.eval.runner import parse_methods, run_eval
-from lookahead_reasoning.eval.simserver import SimConfig, SimServerThread
+from lookahead_reasoning.eval.simserver import SimConfig
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
 from lookahead_reasoning.runtime.errors import LookaheadError
 
 CONFIG = LookaheadConfig(depth=2, max_tokens=400, max_step_tokens=20, verifier="llm-judge", verifier_threshold=0.5,
@@ -23,18 +22,13 @@ CONFIG = LookaheadConfig(depth=2, max_tokens=400, max_step_tokens=20, verifier="
 
 
 @pytest.fixture(scope="module")
-def sims():
-    configs = [
+def sims(sim_servers):
+    with sim_servers(
         SimConfig(role="draft", decode_ms=1.0, steps=4, step_tokens=4),
         SimConfig(role="target", decode_ms=8.0, steps=4, step_tokens=4),
         SimConfig(role="judge", decode_ms=2.0, alpha=0.7, seed=3),
-    ]
-    with SimServerThread(configs[0]) as d, SimServerThread(configs[1]) as t, SimServerThread(configs[2]) as j:
-        yield {"draft": d, "target": t, "judge": j}
-
-
-def endpoints(sims) -> Endpoints:
-    return Endpoints(**{r: Endpoint(url=s.url, chat_template="chatml") for r, s in sims.items()})
+    ) as servers:
+        yield servers
 
 
 @pytest.fixture
@@ -55,14 +49,28 @@ INTERRUPTIBLE_CLI = [
 
 
 def url_options(sims) -> list[str]:
-    return ["--draft-url", sims["draft"].url, "--target-url", sims["target"].url, "--judge-url", sims["judge"].url,
+    return ["--draft-url", sims.draft.url, "--target-url", sims.target.url, "--judge-url", sims.judge.url,
             "--chat-template", "chatml"]
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """`lookahead ARGS` in this process: its exit code, stdout and stderr."""
+    from lookahead_reasoning.cli.app import main
+
+    capsys.readouterr()  # only this command's output
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def test_every_method_writes_a_line_and_the_report_compares_them(sims, problems, tmp_path):
     methods = parse_methods("ar,lr,lr-async,draft", CONFIG)
     seen = []
-    records = run_eval(problems, methods, endpoints(sims), tmp_path / "out", {"dataset": "gsm8k"}, samples=1,
+    records = run_eval(problems, methods, sims.endpoints(), tmp_path / "out", {"dataset": "gsm8k"}, samples=1,
                        progress=lambda r, n, total: seen.append((r, n, total)))
     assert len(records) == 12
     lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
@@ -84,28 +92,28 @@ def test_every_method_writes_a_line_and_the_report_compares_them(sims, problems,
 def test_a_rerun_resumes_and_a_torn_line_is_redone(sims, problems, tmp_path):
     methods = parse_methods("ar,lr", CONFIG)
     out = tmp_path / "out"
-    run_eval(problems[:2], methods, endpoints(sims), out, {"dataset": "gsm8k"})
+    run_eval(problems[:2], methods, sims.endpoints(), out, {"dataset": "gsm8k"})
     results = out / "results.jsonl"
     assert len(results.read_text().splitlines()) == 4
     seen = []
-    run_eval(problems, methods, endpoints(sims), out, {"dataset": "gsm8k"}, progress=lambda r, n, t: seen.append((r, n)))
+    run_eval(problems, methods, sims.endpoints(), out, {"dataset": "gsm8k"}, progress=lambda r, n, t: seen.append((r, n)))
     assert seen[0] == (None, 4) and len(seen) == 3  # only problem p2's two methods ran
     raw = results.read_bytes()
     results.write_bytes(raw[: len(raw) - 40])  # a crash in the middle of the last line
     assert len(ResultStore(results).load()) == 5
-    records = run_eval(problems, methods, endpoints(sims), out, {"dataset": "gsm8k"})
+    records = run_eval(problems, methods, sims.endpoints(), out, {"dataset": "gsm8k"})
     keys = [EvalRecord.model_validate_json(line).key for line in results.read_text().splitlines()]
     assert len(keys) == len(set(keys)) == 6 and len(records) == 6
 
 
 def test_other_settings_do_not_mix_into_a_run(sims, problems, tmp_path):
     out = tmp_path / "out"
-    run_eval(problems[:1], parse_methods("ar", CONFIG), endpoints(sims), out, {"dataset": "gsm8k", "config": 1})
+    run_eval(problems[:1], parse_methods("ar", CONFIG), sims.endpoints(), out, {"dataset": "gsm8k", "config": 1})
     with pytest.raises(LookaheadError, match="other settings"):
-        run_eval(problems[:1], parse_methods("ar", CONFIG), endpoints(sims), out, {"dataset": "gsm8k", "config": 2})
+        run_eval(problems[:1], parse_methods("ar", CONFIG), sims.endpoints(), out, {"dataset": "gsm8k", "config": 2})
     (out / "results.jsonl").write_text('{"not": "a record"}\n')
     with pytest.raises(LookaheadError, match=r"results.jsonl:1: not an eval result"):
-        run_eval(problems[:1], parse_methods("ar", CONFIG), endpoints(sims), out, {"dataset": "gsm8k", "config": 1})
+        run_eval(problems[:1], parse_methods("ar", CONFIG), sims.endpoints(), out, {"dataset": "gsm8k", "config": 1})
 
 
 def test_samples_and_methods_are_checked(problems):
@@ -131,13 +139,13 @@ def test_summary_pairs_speedups_by_problem_and_sample():
     assert ar.accuracy == 0.5 and lr.tokens_per_s == pytest.approx(200 / 45)
 
 
-def test_ctrl_c_loses_nothing_and_a_rerun_continues(sims, tmp_path):
+def test_ctrl_c_loses_nothing_and_a_rerun_continues(sims, tmp_path, capsys):
     data = tmp_path / "gsm.jsonl"
     data.write_text("".join(json.dumps({"question": f"q{i}", "answer": "1"}) + "\n" for i in range(8)))
     out = tmp_path / "out"
-    command = [*INTERRUPTIBLE_CLI, "eval", "--dataset", "gsm8k", "--data",
-               str(data), "--methods", "ar,lr", "--depth", "2", "--threshold", "0.5", "--out", str(out),
-               *url_options(sims)]
+    args = ["eval", "--dataset", "gsm8k", "--data", str(data), "--methods", "ar,lr", "--depth", "2",
+            "--threshold", "0.5", "--out", str(out), *url_options(sims)]
+    command = [*INTERRUPTIBLE_CLI, *args]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     results = out / "results.jsonl"
@@ -151,23 +159,20 @@ def test_ctrl_c_loses_nothing_and_a_rerun_continues(sims, tmp_path):
     assert process.returncode == 130, stderr.decode()
     kept = ResultStore(results).load()
     assert 2 <= len(kept) < 16
-    finished = subprocess.run(command, capture_output=True, env=env, timeout=300)
-    assert finished.returncode == 0, finished.stderr.decode()
+    code, stdout, stderr = run_cli(capsys, *args)  # the rerun, in this process
+    assert code == 0, stderr
     keys = [EvalRecord.model_validate_json(line).key for line in results.read_text().splitlines()]
     assert len(keys) == len(set(keys)) == 16
-    assert "| lr |" in finished.stdout.decode()
+    assert "| lr |" in stdout
 
 
-def test_sweep_on_simulated_servers_writes_table_3(tmp_path):
+def test_sweep_on_simulated_servers_writes_table_3(tmp_path, capsys):
     data = tmp_path / "gsm.jsonl"
     data.write_text("".join(json.dumps({"question": f"q{i}", "answer": "1"}) + "\n" for i in range(2)))
     out = tmp_path / "sweep"
-    finished = subprocess.run(
-        [sys.executable, "-m", "lookahead_reasoning.cli", "sweep", "--dataset", "gsm8k", "--data", str(data),
-         "--width", "1,2", "--depth", "1,2", "--sim", "--sim-alpha", "0.7", "--sim-target-ms", "2", "--out", str(out)],
-        capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=600,
-    )
-    assert finished.returncode == 0, finished.stderr.decode()
+    code, _, stderr = run_cli(capsys, "sweep", "--dataset", "gsm8k", "--data", str(data), "--width", "1,2",
+                              "--depth", "1,2", "--sim", "--sim-alpha", "0.7", "--sim-target-ms", "2", "--out", str(out))
+    assert code == 0, stderr
     table = (out / "sweep.md").read_text()
     assert "| W \\ γ | 1 | 2 |" in table
     rows = [line for line in table.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
@@ -175,9 +180,9 @@ def test_sweep_on_simulated_servers_writes_table_3(tmp_path):
     assert (out / "sweep.png").stat().st_size > 0
     methods = {json.loads(line)["method"] for line in (out / "results.jsonl").read_text().splitlines()}
     assert methods == {"ar", "lr-w1-d1", "lr-w1-d2", "lr-w2-d1", "lr-w2-d2"}
-    bad = subprocess.run([sys.executable, "-m", "lookahead_reasoning.cli", "sweep", "--dataset", "gsm8k",
-                          "--data", str(data), "--width", "0", "--sim", "--out", str(out)], capture_output=True)
-    assert bad.returncode == 1 and b"--width needs numbers >= 1" in bad.stderr
+    code, _, stderr = run_cli(capsys, "sweep", "--dataset", "gsm8k", "--data", str(data), "--width", "0", "--sim",
+                              "--out", str(out))
+    assert code == 1 and "--width needs numbers >= 1" in stderr
 
 
 def test_ctrl_c_does_not_wait_for_a_request_in_flight(sims, tmp_path):
@@ -186,7 +191,7 @@ def test_ctrl_c_does_not_wait_for_a_request_in_flight(sims, tmp_path):
     command = [*INTERRUPTIBLE_CLI, "eval", "--dataset", "gsm8k", "--data",
                str(data), "--methods", "lr", "--depth", "2", "--threshold", "0.5", "--out", str(tmp_path / "out"),
                *url_options(sims)]
-    target = sims["target"].engine.state
+    target = sims.target.engine.state
     target.last_sampling = {}
     try:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -203,4 +208,4 @@ def test_ctrl_c_does_not_wait_for_a_request_in_flight(sims, tmp_path):
         process.communicate(timeout=30)
         assert process.returncode == 130 and time.monotonic() - started < 5
     finally:
-        sims["target"].engine.state.fault = "ok"
+        sims.target.engine.state.fault = "ok"

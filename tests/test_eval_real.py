@@ -60,10 +60,11 @@ def test_target_score_and_llm_judge_verifiers(tiny_endpoints, tmp_path):
     verifier = make_verifier("target-score", 0.5, target_backend=backend, fast_path=False)
     verdicts = verifier.verify("Q: two and three?\n", [("We add two and three", "We add 2 and 3"), ("a", "b")])
     assert len(verdicts) == 2
-    for verdict in verdicts:
-        assert verdict.method in ("target-score", "unusable")
-        if verdict.method == "target-score":
-            assert 0.0 <= verdict.score <= 1.0 and verdict.accept == (verdict.score >= 0.5)
+    assert all(verdict.method in ("target-score", "unusable") for verdict in verdicts)
+    scored = [verdict for verdict in verdicts if verdict.method == "target-score"]
+    assert scored, verdicts  # the checks below must not pass by having nothing to check
+    for verdict in scored:
+        assert 0.0 <= verdict.score <= 1.0 and verdict.accept == (verdict.score >= 0.5)
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text(json.dumps({"step_a": "2 + 3 = 5", "step_b": "two plus three is 5", "equivalent": True}) + "\n"
                      + json.dumps({"step_a": "2 + 3 = 5", "step_b": "2 + 3 = 6", "equivalent": False}) + "\n")

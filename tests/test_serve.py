@@ -4,19 +4,17 @@
 """
 
 import json
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-import uvicorn
 
 from lookahead_reasoning.eval.simserver import SimConfig, SimServerThread
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.connection import Connection
 from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
-from lookahead_reasoning.runtime.processes import free_port
+from lookahead_reasoning.runtime.processes import UvicornThread, free_port
 from lookahead_reasoning.runtime.serve import ServeSettings, build_app
 
 STEPS = 5
@@ -26,26 +24,12 @@ def sim_endpoints(sims) -> Endpoints:
     return Endpoints(**{r: Endpoint(url=s.url, chat_template="chatml") for r, s in sims.items()})
 
 
-class Frontend:
+class Frontend(UvicornThread):
     """`build_app` served by uvicorn on loopback in a thread."""
 
     def __init__(self, endpoints: Endpoints, settings: ServeSettings, config: LookaheadConfig | None = None):
         config = config or LookaheadConfig(depth=2, max_tokens=500, request_timeout_s=5)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        app = build_app(Connection(endpoints, config), config, settings)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(10)
+        super().__init__(build_app(Connection(endpoints, config), config, settings))
 
     def chat(self, content="What is two and three?", **extra):
         body = {"model": "lookahead", "messages": [{"role": "user", "content": content}], **extra}

@@ -63,6 +63,8 @@ def test_agent_example_runs_against_real_servers(tiny_endpoints, tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["reasoning"].startswith("We add two and three")
-    assert out["answer"] in ("5", "6")
+    # the tiny judge gives every yes/no token the same logit, so P(yes) stays below the default
+    # threshold 0.8: tiny-draft's differing second step (boxed 6) is rejected, the target's kept
+    assert out["answer"] == "5"
     assert out["tool"] in ("calculator", "web search", "none") and out["verdict"] in ("yes", "no")
     assert out["stats"]["rounds"] >= 1

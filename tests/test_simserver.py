@@ -6,9 +6,8 @@ import requests
 import sglang as sgl
 from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint
 
-from lookahead_reasoning.eval.simserver import SimConfig, SimServerThread
+from lookahead_reasoning.eval.simserver import SimConfig
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
 from lookahead_reasoning.runtime.engine import AsyncEngine, SyncEngine
 from lookahead_reasoning.runtime.errors import ServerFailure
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
@@ -18,29 +17,23 @@ STEPS = 6
 
 
 @pytest.fixture(scope="module")
-def sims():
-    configs = [
+def sims(sim_servers):
+    with sim_servers(
         SimConfig(role="draft", decode_ms=0.5, steps=STEPS, step_tokens=6),
         SimConfig(role="target", decode_ms=2.0, steps=STEPS, step_tokens=6),
         SimConfig(role="judge", decode_ms=1.0, alpha=0.5, seed=7),
-    ]
-    with SimServerThread(configs[0]) as d, SimServerThread(configs[1]) as t, SimServerThread(configs[2]) as j:
-        yield {"draft": d, "target": t, "judge": j}
+    ) as servers:
+        yield servers
 
 
 @pytest.fixture(autouse=True)
 def healthy(sims):
     yield
-    for sim in sims.values():
-        sim.engine.state.fault = "ok"
-
-
-def endpoints(sims) -> Endpoints:
-    return Endpoints(**{r: Endpoint(url=s.url, chat_template="chatml") for r, s in sims.items()})
+    sims.heal()
 
 
 def test_protocol_through_sglang_runtime_endpoint(sims):
-    backend = RuntimeEndpoint(sims["target"].url)
+    backend = RuntimeEndpoint(sims.target.url)
     assert backend.get_model_name() == "lookahead-sim-target"
 
     @sgl.function
@@ -63,7 +56,7 @@ def test_protocol_through_sglang_runtime_endpoint(sims):
 
 
 def test_batched_text_commit_eos_and_cache(sims):
-    url = sims["target"].url
+    url = sims.target.url
     requests.post(url + "/flush_cache")
     prompt = "<|im_start|>assistant\n"
     commit = requests.post(url + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 0}}).json()
@@ -84,7 +77,7 @@ def test_batched_text_commit_eos_and_cache(sims):
 def test_judge_is_deterministic_and_answers_yes_or_no(sims):
     from lookahead_reasoning.programs import LookaheadEndpoint, judge_pairs
 
-    backend = LookaheadEndpoint(sims["judge"].url, chat_template="chatml")
+    backend = LookaheadEndpoint(sims.judge.url, chat_template="chatml")
     pairs = [(f"s{i}-t w", f"s{i}-d0 w") for i in range(40)]
     first, again = judge_pairs(backend, pairs), judge_pairs(backend, pairs)
     assert [a.answer for a in first] == [a.answer for a in again]
@@ -96,7 +89,7 @@ def test_judge_is_deterministic_and_answers_yes_or_no(sims):
 @pytest.mark.parametrize("engine_class", [SyncEngine, AsyncEngine])
 @pytest.mark.parametrize("width", [1, 2])
 def test_engines_are_lossless_against_the_simulator(sims, engine_class, width):
-    reasoner = LookaheadReasoner(endpoints(sims), LookaheadConfig(depth=3, width=width, seed=3, max_tokens=500))
+    reasoner = LookaheadReasoner(sims.endpoints(), LookaheadConfig(depth=3, width=width, seed=3, max_tokens=500))
     conn = reasoner.connection
     result = engine_class(reasoner.config, conn.models, ExactMatchVerifier()).run("q")
     assert result.text == reasoner.baseline("q").text
@@ -107,7 +100,7 @@ def test_engines_are_lossless_against_the_simulator(sims, engine_class, width):
 @pytest.mark.parametrize("width", [1, 2])
 def test_engines_with_the_judge_keep_a_consistent_trace(sims, engine, width):
     config = LookaheadConfig(depth=2, width=width, engine=engine, seed=3, max_tokens=500)
-    result = LookaheadReasoner(endpoints(sims), config).run("q")
+    result = LookaheadReasoner(sims.endpoints(), config).run("q")
     assert result.stats.finish == "eos"
     assert result.text.count("\n\n") == STEPS - 1  # every position is filled exactly once
     for i, step in enumerate(result.steps):
@@ -118,27 +111,27 @@ def test_engines_with_the_judge_keep_a_consistent_trace(sims, engine, width):
 
 
 def test_a_failing_draft_server_degrades_to_the_target(sims):
-    reasoner = LookaheadReasoner(endpoints(sims), LookaheadConfig(depth=2, max_tokens=500))
-    sims["draft"].engine.state.fault = "fail"
+    reasoner = LookaheadReasoner(sims.endpoints(), LookaheadConfig(depth=2, max_tokens=500))
+    sims.draft.engine.state.fault = "fail"
     result = reasoner.run("q")
     assert result.text == reasoner.baseline("q").text
     assert "draft failed" in result.stats.degraded[0] and "500" in result.stats.degraded[0]
 
 
 def test_a_stalled_judge_times_out_and_drafts_are_rejected(sims):
-    reasoner = LookaheadReasoner(endpoints(sims), LookaheadConfig(depth=2, max_tokens=500, request_timeout_s=1.0))
-    sims["judge"].engine.state.fault = "stall"
+    reasoner = LookaheadReasoner(sims.endpoints(), LookaheadConfig(depth=2, max_tokens=500, request_timeout_s=1.0))
+    sims.judge.engine.state.fault = "stall"
     result = reasoner.run("q")
     assert "verifier failed" in result.stats.degraded[0] and "did not answer" in result.stats.degraded[0]
     assert all(s.source == "target" or s.verifier_score == 1.0 for s in result.steps)  # only exact matches kept
-    sims["judge"].engine.state.fault = "ok"
+    sims.judge.engine.state.fault = "ok"
     assert result.text == reasoner.baseline("q").text
 
 
 @pytest.mark.parametrize("engine", ["sync", "async"])
 def test_a_failing_target_is_an_error_not_an_answer(sims, engine):
-    reasoner = LookaheadReasoner(endpoints(sims), LookaheadConfig(depth=2, engine=engine))
-    sims["target"].engine.state.fault = "fail"
+    reasoner = LookaheadReasoner(sims.endpoints(), LookaheadConfig(depth=2, engine=engine))
+    sims.target.engine.state.fault = "fail"
     with pytest.raises(ServerFailure, match="target server failed"):
         reasoner.run("q")
 
@@ -150,3 +143,14 @@ def test_bad_simulator_settings_are_rejected():
         SimConfig(role="draft", decode_ms=0)
     with pytest.raises(ValueError):
         SimConfig(role="judge", alpha_schedule=[(3, 0.0)])
+
+
+def test_the_cluster_factory_takes_settings_per_role(sim_servers):
+    with sim_servers(target={"steps": 2, "step_tokens": 3}) as sims:
+        assert sims.draft.engine.state.config == SimConfig(role="draft")
+        assert sims.target.engine.state.config.steps == 2 and sims.target.engine.state.config.role == "target"
+        assert sims.endpoints().judge.url == sims.judge.url and sims.endpoints().judge.chat_template == "chatml"
+        assert requests.get(sims.judge.url + "/model_info").json()["model_path"] == "lookahead-sim-judge"
+    with pytest.raises(AssertionError, match="a draft SimConfig given for the judge server"):
+        with sim_servers(judge=SimConfig(role="draft")):
+            pass

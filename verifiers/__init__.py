@@ -1,12 +1,19 @@
-"""Who decides whether a draft step means the same as the target's step."""
+"""Who decides whether a draft step means the same as the target's step.
 
-from lookahead_reasoning.verifiers.base import (
-    ExactMatchVerifier,
-    FastPathVerifier,
-    Verdict,
-    Verifier,
-    normalize_step,
-)
-from lookahead_reasoning.verifiers.llm_judge import LLMJudgeVerifier
+The names below load on first use: the LLM judge's module imports SGLang.
+"""
 
-__all__ = ["ExactMatchVerifier", "FastPathVerifier", "LLMJudgeVerifier", "Verdict", "Verifier", "normalize_step"]
+import importlib
+
+_API = {
+    "ExactMatchVerifier": "base", "FastPathVerifier": "base", "Verdict": "base", "Verifier": "base",
+    "normalize_step": "base", "LLMJudgeVerifier": "llm_judge",
+}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name):
+    if name in _API:
+        return getattr(importlib.import_module(f"{__name__}.{_API[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,31 @@
+"""`lookahead serve`: an OpenAI-compatible frontend that answers with lookahead reasoning.
+
+Routes: POST /v1/chat/completions and /v1/completions (OpenAI request and response
+shapes, `stream: true` as server-sent events with one chunk per kept step), GET
+/v1/models, GET /health (checks the three SGLang servers), GET /metrics (Prometheus).
+
+Two model ids are served: `lookahead` (lookahead reasoning) and `target` (the target
+alone, plain AR, for comparisons behind the same server). Every response carries its
+statistics in an extra `lookahead` field; `usage` counts real tokens.
+
+Limits: at most `max_concurrent` requests run at once; the excess waits up to
+`queue_timeout_s` and is then refused with 429. A request that runs past
+`request_timeout_s` ends with 504 (no new round starts after the deadline, and each
+server request has its own timeout, so nothing hangs). Each request gets its own
+engine and settings over shared, thread-safe connections: requests never share state
+beyond the adaptive-depth estimates.
+
+Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}: 400 for bad
+requests (malformed JSON, wrong types, empty messages, max_tokens out of range, a
+prompt over the context limit), 401 for a wrong API key (compared in constant time),
+429 when busy, 503 when the target server is down, 504 past the time limit. If the
+draft or judge server fails, the request still completes with target steps and
+`lookahead.degraded` says so.
+
+Modules: `schemas` (the contract), `service` (running a request), `app` (HTTP).
+"""
+
+from lookahead_reasoning.runtime.serve.app import build_app, serve
+from lookahead_reasoning.runtime.serve.schemas import ServeSettings
+
+__all__ = ["ServeSettings", "build_app", "serve"]
