@@ -50,7 +50,7 @@ def launch(
         draft, target, judge, device=device, target_server_args=target_server_args,
         draft_server_args=draft_server_args, judge_server_args=judge_server_args, ports=port_list,
         max_total_tokens=max_total_tokens, grammar_backend=grammar_backend, max_restarts=max_restarts,
-        restart_backoff_s=restart_backoff, log=lambda m: err.print(m, highlight=False),
+        restart_backoff_s=restart_backoff, log=lambda m: err.print(m, highlight=False, soft_wrap=True),
     )
     stopping = {"flag": False}
 

@@ -111,6 +111,12 @@ class ServerProcess:
     def stop(self, grace_s: float = 20.0) -> None:
         stop_group(self.process, grace_s)
 
+    def exit_reason(self) -> str:
+        code = self.process.returncode
+        if code is not None and code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit status {code}: {self.last_log_line()}"
+
     def last_log_line(self) -> str:
         try:
             lines = [l for l in self.log_path.read_text(errors="replace").splitlines() if l.strip()]
@@ -254,7 +260,7 @@ class ServerGroup:
             if server.given_up:
                 continue
             if server.restart_at is None and not server.alive():
-                reason = server.last_log_line() or f"exit status {server.process.returncode}"
+                reason = server.exit_reason()
                 if server.restarts >= self.max_restarts:
                     if "target" in server.spec.roles:
                         raise LookaheadError(f"the {server.name} server died and {server.restarts} restarts failed: {reason}")

@@ -10,64 +10,58 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_invoke import invoke, one_line_error
 
 LOOKAHEAD = [sys.executable, "-m", "lookahead_reasoning.cli"]
 
 
 def lookahead(*args, timeout=120, env=None):
+    """The CLI in a subprocess: for what needs its own process (a launcher, a run against it)."""
     return subprocess.run(
         [*LOOKAHEAD, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
     )
 
 
-def one_line_error(proc, fragment):
-    assert proc.returncode != 0
-    lines = [l for l in proc.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error:") and fragment in lines[0], lines[0]
-    assert proc.stdout == ""
+def test_empty_question(capsys):
+    one_line_error(invoke(capsys, "run", "  ", "--draft-url", "http://127.0.0.1:9", "--target-url", "http://127.0.0.1:9"), "question is empty")
 
 
-def test_empty_question():
-    one_line_error(lookahead("run", "  ", "--draft-url", "http://127.0.0.1:9", "--target-url", "http://127.0.0.1:9"), "question is empty")
+def test_depth_below_one(capsys):
+    one_line_error(invoke(capsys, "run", "q", "--depth", "0"), "depth")
 
 
-def test_depth_below_one():
-    one_line_error(lookahead("run", "q", "--depth", "0"), "depth")
+def test_unreachable_url(capsys):
+    one_line_error(invoke(capsys, "run", "q", "--draft-url", "http://127.0.0.1:9", "--target-url", "http://127.0.0.1:9"), "cannot reach")
 
 
-def test_unreachable_url():
-    one_line_error(lookahead("run", "q", "--draft-url", "http://127.0.0.1:9", "--target-url", "http://127.0.0.1:9"), "cannot reach")
-
-
-def test_missing_endpoints_file(tmp_path):
-    one_line_error(lookahead("run", "q", "--endpoints", str(tmp_path / "none.json")), "does not exist")
+def test_missing_endpoints_file(capsys, tmp_path):
+    one_line_error(invoke(capsys, "run", "q", "--endpoints", str(tmp_path / "none.json")), "does not exist")
 
 
 @pytest.mark.parametrize("content", ["{not json", '{"draft": {"url": "http://x"}}', '{"draft": 1, "target": 2, "judge": 3}'])
-def test_malformed_endpoints_file(tmp_path, content):
+def test_malformed_endpoints_file(capsys, tmp_path, content):
     path = tmp_path / "endpoints.json"
     path.write_text(content)
-    one_line_error(lookahead("run", "q", "--endpoints", str(path)), "endpoints file")
+    one_line_error(invoke(capsys, "run", "q", "--endpoints", str(path)), "endpoints file")
 
 
-def test_model_folder_that_does_not_exist(tmp_path):
-    one_line_error(lookahead("launch", "--draft", str(tmp_path / "missing"), "--target", "tiny", "--device", "cpu"), "does not exist")
+def test_model_folder_that_does_not_exist(capsys, tmp_path):
+    one_line_error(invoke(capsys, "launch", "--draft", str(tmp_path / "missing"), "--target", "tiny", "--device", "cpu"), "does not exist")
 
 
-def test_port_already_in_use():
+def test_port_already_in_use(capsys):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
         one_line_error(
-            lookahead("launch", "--draft", "tiny", "--target", "tiny", "--device", "cpu", "--ports", str(port)),
+            invoke(capsys, "launch", "--draft", "tiny", "--target", "tiny", "--device", "cpu", "--ports", str(port)),
             "already in use",
         )
 
 
-def test_unknown_offline_model():
-    one_line_error(lookahead("models", "prepare", "gpt-17"), "unknown model")
+def test_unknown_offline_model(capsys):
+    one_line_error(invoke(capsys, "models", "prepare", "gpt-17"), "unknown model")
 
 
 def _launch(endpoints: Path, draft: str, target: str, log: Path, *extra: str) -> subprocess.Popen:
@@ -209,12 +203,12 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("option, value", [("--alphas", "1.5"), ("--cs", "0"), ("--depths", "0"), ("--widths", "0")])
-def test_invalid_bench_grid_values(option, value):
-    one_line_error(lookahead("bench", "--sim", option, value), "invalid")
+def test_invalid_bench_grid_values(capsys, option, value):
+    one_line_error(invoke(capsys, "bench", "--sim", option, value), "invalid")
 
 
-def test_bench_sim_json_and_report(tmp_path):
-    proc = lookahead(
+def test_bench_sim_json_and_report(capsys, tmp_path):
+    proc = invoke(capsys, 
         "bench", "--sim", "--alphas", "0.6", "--cs", "0.25", "--depths", "1,adaptive", "--widths", "1",
         "--engines", "sync,async", "--problems", "1", "--target-ms", "2", "--no-alpha-shift",
         "--json", "--out", str(tmp_path), timeout=300,
