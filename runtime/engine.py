@@ -19,7 +19,9 @@ writes only the branches a rejection could need.
 
 A draft step is accepted only if the verifier says so *and* it ended the same way as
 the target's step (both on the delimiter, both on EOS, or both on the cap): a draft
-that stops the reasoning where the target goes on is not equivalent.
+that stops the reasoning where the target goes on is not equivalent. The rule, the
+token cap included, lives in acceptance.py; both engines feed it position by position.
+Statistics are gathered by a RunMetrics (stats.py) that observes requests and rounds.
 
 Faults degrade toward the target: a failing draft server or verifier turns drafting
 off for the rest of the run, and the run goes on with target steps only (the answer
@@ -31,33 +33,19 @@ from __future__ import annotations
 import statistics
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Protocol
+from typing import Callable, Literal, Protocol
 
 from lookahead_reasoning.programs.step_types import StepOutput
+from lookahead_reasoning.runtime.acceptance import AcceptanceWalk
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.depth import DepthPolicy, make_depth_policy
 from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure, TimeLimitExceeded, first_line, target_failed
 from lookahead_reasoning.runtime.pipeline import run_chain_round
-from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, RunStats, StepRecord
-from lookahead_reasoning.runtime.tree import ROOT, DraftTree, draft_tree, kept_steps, target_branches, walk
+from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, StepRecord
+from lookahead_reasoning.runtime.stats import RunMetrics
+from lookahead_reasoning.runtime.tree import ROOT, DraftTree, draft_tree, target_branches, walk_tree
 from lookahead_reasoning.verifiers.base import Verdict, Verifier
-
-
-def _within_budget(
-    kept: list[StepRecord], outputs: list[StepOutput], budget: int
-) -> tuple[list[StepRecord], list[StepOutput]]:
-    """A round's kept steps up to the one that reaches the token cap; later ones are dropped.
-
-    Without this a round could overrun the cap by γ steps, and LR would get more tokens
-    than AR. The step that reaches the cap is kept whole (AR stops inside it).
-    """
-    used = 0
-    for n, output in enumerate(outputs, 1):
-        used += max(1, output.completion_tokens)
-        if used >= budget:
-            return kept[:n], outputs[:n]
-    return kept, outputs
 
 
 class StepModels(Protocol):
@@ -90,8 +78,8 @@ class _Run:
 
     def __init__(self, prompt: str):
         self.prompt = prompt
-        self.started = time.perf_counter()
-        self.stats = RunStats()
+        self.metrics = RunMetrics()
+        self.finish: Literal["eos", "max_tokens"] = "eos"
         self.steps: list[StepRecord] = []
         self.log: list[RoundRecord] = []
         self.text = ""
@@ -103,21 +91,16 @@ class _Run:
 
     def degrade(self, message: str, error: BaseException) -> None:
         self.drafting = False
-        self.stats.degraded.append(f"{message}: {first_line(error)}")
+        self.metrics.degraded(f"{message}: {first_line(error)}")
 
     def draft_failed(self, error: BaseException) -> None:
         self.degrade("draft failed, continuing with target steps only", error)
 
     def result(self) -> LookaheadResult:
-        stats = self.stats
-        stats.rounds = len(self.log)
-        stats.wall_time_s = time.perf_counter() - self.started
-        if stats.draft_steps_judged:
-            stats.acceptance_rate = stats.draft_steps_accepted / stats.draft_steps_judged
-        if stats.target.prompt_tokens:
-            stats.target_branch_cache_ratio = stats.target.cached_tokens / stats.target.prompt_tokens
         text = self.text
-        return LookaheadResult(text=text, answer=last_boxed(text), steps=self.steps, round_log=self.log, stats=stats)
+        return LookaheadResult(
+            text=text, answer=last_boxed(text), steps=self.steps, round_log=self.log, stats=self.metrics.finish(self.finish)
+        )
 
 
 class Engine:
@@ -165,7 +148,11 @@ class Engine:
             self.on_step(step)
 
     def _cap(self, run: _Run) -> int:
-        return max(1, min(self.config.max_step_tokens, self.config.max_tokens - run.stats.output_tokens))
+        return max(1, min(self.config.max_step_tokens, self.config.max_tokens - run.metrics.output_tokens))
+
+    def _walk(self, run: _Run) -> AcceptanceWalk:
+        """The acceptance walk of the run's next round; kept steps are announced as they are kept."""
+        return AcceptanceWalk(len(run.log), self.config.max_tokens - run.metrics.output_tokens, self.announce)
 
     def _draft(self, prefix: str, depth: int, cap: int) -> DraftTree:
         return draft_tree(self.models, prefix, depth, self.config.width, cap, self.config.max_tree_nodes)
@@ -174,9 +161,7 @@ class Engine:
         self, run: _Run, tree: DraftTree, bonus: bool, cap: int, draft_s: float, started: float, depth: int
     ) -> RoundRecord:
         """Target branches, judge, acceptance walk, bookkeeping; returns the round's record."""
-        stats = run.stats
-        for node in tree.nodes:
-            stats.draft.add(node.step.prompt_tokens, node.step.completion_tokens, node.step.cached_tokens)
+        run.metrics.count_tokens("draft", [node.step for node in tree.nodes])
         t1 = time.perf_counter()
         branches = target_branches(tree, bonus)
         continuations = ["" if b == ROOT else tree.nodes[b].path for b in branches]
@@ -187,10 +172,7 @@ class Engine:
             raise target_failed(error) from None
         if len(targets) != len(continuations):
             raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
-        for t in targets:
-            stats.target.add(t.prompt_tokens, t.completion_tokens, t.cached_tokens)
-        if not run.log:
-            stats.prompt_tokens = targets[0].prompt_tokens  # the root branch: the bare prompt
+        run.metrics.count_tokens("target", targets)  # the first round's root branch gives the run's prompt tokens
         target_after = dict(zip(branches, targets))
         t2 = time.perf_counter()
 
@@ -202,12 +184,10 @@ class Engine:
             verdicts[i] = v
         t3 = time.perf_counter()
 
-        path = walk(tree, verdicts, target_after)
-        kept, outputs = kept_steps(tree, verdicts, path, target_after, len(run.log))
-        end = path[-1] if path else ROOT
-        positions = len(path) + (1 if end in target_after and tree.children(end) else 0)
+        walk = self._walk(run)
+        walk_tree(tree, verdicts, target_after, walk)
         return self._finish_round(
-            run, depth=depth, accepted=len(path), positions=positions, kept=kept, outputs=outputs,
+            run, walk, depth=depth,
             judged=[
                 JudgedDraft(
                     draft=tree.nodes[i].step.text, target=target_after[tree.nodes[i].parent].text,
@@ -219,27 +199,19 @@ class Engine:
         )
 
     def _finish_round(
-        self, run: _Run, *, depth: int, accepted: int, positions: int, kept: list[StepRecord],
-        outputs: list[StepOutput], judged: list[JudgedDraft], started: float, draft_s: float,
-        target_s: float, judge_s: float, announced: bool = False,
+        self, run: _Run, walk: AcceptanceWalk, *, depth: int, judged: list[JudgedDraft], started: float,
+        draft_s: float, target_s: float, judge_s: float,
     ) -> RoundRecord:
-        """Count the round, append its kept steps to the run, log it and report it."""
-        stats = run.stats
-        if not announced:
-            kept, outputs = _within_budget(kept, outputs, self.config.max_tokens - stats.output_tokens)
-            for step in kept:
-                self.announce(step)
-        stats.draft_steps_judged += positions
-        stats.draft_steps_accepted += accepted
-        stats.output_tokens += sum(max(1, s.completion_tokens) for s in outputs)
+        """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
         record = RoundRecord(
-            index=len(run.log), depth=depth, judged=judged, accepted=accepted, positions=positions, kept=kept,
-            finished=bool(outputs) and outputs[-1].ending == "eos", started=started, draft_s=draft_s,
-            target_s=target_s, judge_s=judge_s, wall_s=time.perf_counter() - started,
+            index=len(run.log), depth=depth, judged=judged, accepted=walk.accepted, positions=walk.positions,
+            kept=walk.kept, finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos", started=started,
+            draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=time.perf_counter() - started,
         )
+        run.metrics.observe_round(record, walk.outputs)
         run.log.append(record)
-        run.steps.extend(kept)
-        run.text += "".join(s.text for s in kept)
+        run.steps.extend(record.kept)
+        run.text += "".join(s.text for s in record.kept)
         if self.on_round is not None:
             self.on_round(record)
         return record
@@ -254,17 +226,15 @@ class Engine:
         except Exception as error:
             run.degrade("verifier failed, rejecting drafts from now on", error)
             return [Verdict(False, None, "unusable")] * len(pairs)
-        for v in verdicts:
-            if v.prompt_tokens:  # a model was asked
-                run.stats.judge.add(v.prompt_tokens, v.completion_tokens, v.cached_tokens)
+        run.metrics.count_tokens("judge", [v for v in verdicts if v.prompt_tokens])  # those a model was asked for
         return verdicts
 
     def _done(self, run: _Run, record: RoundRecord) -> bool:
         if record.finished:
-            run.stats.finish = "eos"
+            run.finish = "eos"
             return True
-        if run.stats.output_tokens >= self.config.max_tokens:
-            run.stats.finish = "max_tokens"
+        if run.metrics.output_tokens >= self.config.max_tokens:
+            run.finish = "max_tokens"
             return True
         return False
 
@@ -313,14 +283,12 @@ class AsyncEngine(Engine):
             self._check_deadline()
             started = time.perf_counter()
             depth = policy.next_depth() if run.drafting else 0
-            kept, outputs, judged, pipe, judge_s = run_chain_round(self, run, depth, self._cap(run), self._pool)
-            accepted = sum(1 for k in kept if k.source == "draft")
-            rejected = 1 if kept[-1].source == "target" and judged else 0
+            walk = self._walk(run)
+            judged, pipe, judge_s = run_chain_round(self, run, walk, depth, self._cap(run), self._pool)
             record = self._finish_round(
-                run, depth=depth, accepted=accepted, positions=accepted + rejected, kept=kept, outputs=outputs,
-                judged=judged, started=started, draft_s=sum(pipe.draft_times),
+                run, walk, depth=depth, judged=judged, started=started, draft_s=sum(pipe.draft_times),
                 target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
-                judge_s=judge_s / max(1, len(judged)), announced=True,
+                judge_s=judge_s / max(1, len(judged)),
             )
             policy.observe(record, len(pipe.draft_times))
             if self._done(run, record):

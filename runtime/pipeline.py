@@ -10,8 +10,8 @@ draft's time (c); a rejection costs one target step, after which everything in
 flight is discarded and a new round starts from the new prefix.
 
 A round ends at a rejection (t_{i−1} is kept), after an accepted step that ended on
-EOS or the length cap, or at the token budget. Results of discarded requests are
-ignored when they arrive.
+EOS or the length cap, or at the token budget: the rule of acceptance.py, applied as
+the pairs arrive. Results of discarded requests are ignored when they arrive.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from lookahead_reasoning.programs.step_types import StepOutput
+from lookahead_reasoning.runtime.acceptance import AcceptanceWalk
 from lookahead_reasoning.runtime.errors import target_failed
-from lookahead_reasoning.runtime.results import JudgedDraft, StepRecord
+from lookahead_reasoning.runtime.results import JudgedDraft
 
 
 class ChainPipeline:
@@ -112,21 +113,14 @@ class ChainPipeline:
             self.lock.notify_all()
 
 
-def run_chain_round(engine, run, depth: int, cap: int, pool: ThreadPoolExecutor):
-    """One pipelined round; returns (kept records, kept outputs, judged records, pipeline, judge seconds)."""
+def run_chain_round(engine, run, walk: AcceptanceWalk, depth: int, cap: int, pool: ThreadPoolExecutor):
+    """One pipelined round, fed position by position to `walk` (the acceptance rule, acceptance.py).
+
+    Returns (judged records, pipeline, judge seconds); the kept steps are in `walk`.
+    """
     pipe = ChainPipeline(engine.models, pool, run.prefix, depth, cap)
-    kept: list[StepRecord] = []
-    outputs: list[StepOutput] = []
     judged: list[JudgedDraft] = []
     judge_s = 0.0
-    budget = engine.config.max_tokens - run.stats.output_tokens
-    index = len(run.log)
-
-    def keep(step: StepOutput, source: str, score: float | None = None) -> None:
-        kept.append(StepRecord(text=step.text, source=source, verifier_score=score, round=index))
-        outputs.append(step)
-        engine.announce(kept[-1])
-
     i = 1
     try:
         while True:
@@ -134,30 +128,25 @@ def run_chain_round(engine, run, depth: int, cap: int, pool: ThreadPoolExecutor)
                 t_prev = pipe.target(i - 1)
             except Exception as error:
                 raise target_failed(error) from None
-            run.stats.target.add(t_prev.prompt_tokens, t_prev.completion_tokens, t_prev.cached_tokens)
-            if not run.log and i == 1:
-                run.stats.prompt_tokens = t_prev.prompt_tokens  # t_0 of the first round: the bare prompt
+            run.metrics.count_tokens("target", [t_prev])  # t_0 of the first round gives the run's prompt tokens
             d = pipe.draft(i)
-            if d is None:
-                keep(t_prev, "target")
+            if d is None:  # nothing drafted at this position: the target's step is kept
+                walk.close(t_prev)
                 break
-            run.stats.draft.add(d.prompt_tokens, d.completion_tokens, d.cached_tokens)
+            run.metrics.count_tokens("draft", [d])
             t0 = time.perf_counter()
             [verdict] = engine.judge(run, [(t_prev.text, d.text)])
             judge_s += time.perf_counter() - t0
             judged.append(JudgedDraft(draft=d.text, target=t_prev.text, accept=verdict.accept,
                                       score=verdict.score, method=verdict.method))
-            if not (verdict.accept and d.ending == t_prev.ending):
-                keep(t_prev, "target")
+            if not walk.decide(t_prev, d, verdict):
                 break
-            keep(d, "draft", verdict.score)
             pipe.advance(i)
-            budget -= max(1, d.completion_tokens)
-            if not d.complete or budget <= 0 or not run.drafting:
+            if walk.stopped or not run.drafting:
                 break
             i += 1
     finally:
         pipe.cancel()
     if pipe.draft_error is not None:
         run.draft_failed(pipe.draft_error)
-    return kept, outputs, judged, pipe, judge_s
+    return judged, pipe, judge_s

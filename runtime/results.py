@@ -57,6 +57,8 @@ class RoleTokens(BaseModel):
 
 
 class RunStats(BaseModel):
+    """A lookahead run's statistics, as runtime/stats.py's RunMetrics observed them."""
+
     rounds: int = 0
     draft_steps_judged: int = 0
     draft_steps_accepted: int = 0

@@ -19,14 +19,31 @@ path. For the sync engine a round costs 1 + c(k−1) + j target-step times. For 
 async engine the verification stage (target, then judge) takes 1 + j; in units of that
 stage the draft costs c / (1 + j), so S_j(k, α, c) = S(k, α, c / (1 + j)) / (1 + j).
 With j = 0 both reduce to the paper's formulas.
+
+The paper also prices a fork of the target's branches like one target step. Write
+B(n) for the time of a fork of n target branches over the time of one target step:
+B ≈ 1 on an idle GPU (decoding is memory-bound, a batch is nearly free), B → n where
+the server has no spare parallel capacity (a CPU, or a GPU busy with other requests).
+A sync round then costs c·γ + B(γ+1) + j target-step times; the async verification
+stage costs B + j, so S_j,B(k, α, c) = S(k, α, c / (B + j)) / (B + j). A tree forks
+once per distinct target prefix (`tree_branches`). With B = 1 everything above is
+the formula without the branch term.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
+
+BranchCost = Callable[[int], float]  # n target branches in one fork -> B(n)
 
 
-def _check(alpha: float, c: float, k: int | None = None, judge: float = 0.0) -> None:
+def free_branches(n: int) -> float:
+    """B(n) = 1: parallel branches cost one step (an idle GPU; the paper's assumption)."""
+    return 1.0
+
+
+def _check(alpha: float, c: float, k: int | None = None, judge: float = 0.0, branch: float = 1.0) -> None:
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
     if c <= 0.0:
@@ -35,6 +52,8 @@ def _check(alpha: float, c: float, k: int | None = None, judge: float = 0.0) -> 
         raise ValueError(f"depth must be >= 1, got {k}")
     if judge < 0.0:
         raise ValueError(f"judge cost must be >= 0, got {judge}")
+    if branch <= 0.0:
+        raise ValueError(f"branch cost must be > 0, got {branch}")
 
 
 def expected_steps(k: int, alpha: float) -> float:
@@ -48,21 +67,22 @@ def token_level(k: int, alpha: float, c: float) -> float:
     return expected_steps(k + 1, alpha) / (1.0 + c * k)
 
 
-def f_sync(k: int, alpha: float, c: float, judge: float = 0.0) -> float:
-    """(1 − α^k) / ((1 − α)(1 − c + ck + j)): synchronous step-level speedup."""
-    _check(alpha, c, k, judge)
-    return expected_steps(k, alpha) / (1.0 - c + c * k + judge)
+def f_sync(k: int, alpha: float, c: float, judge: float = 0.0, branch: float = 1.0) -> float:
+    """(1 − α^k) / ((1 − α)(c(k − 1) + B + j)): synchronous step-level speedup; B = 1 gives the paper's."""
+    _check(alpha, c, k, judge, branch)
+    return expected_steps(k, alpha) / (c * (k - 1) + branch + judge)
 
 
-def f_async(k: int, alpha: float, c: float, judge: float = 0.0) -> float:
-    """Asynchronous step-level speedup; with j = 0 the paper's formula:
+def f_async(k: int, alpha: float, c: float, judge: float = 0.0, branch: float = 1.0) -> float:
+    """Asynchronous step-level speedup; with j = 0 and B = 1 the paper's formula:
 
     k >= ⌈1/c⌉: 1 / (c + (1 − c)(1 − α)); otherwise
     (1 − α^k) / ((1 − α) + c(α − α^(k+1) − k(1 − α)α^k)).
     """
-    _check(alpha, c, k, judge)
-    if judge:
-        return f_async(k, alpha, c / (1.0 + judge)) / (1.0 + judge)
+    _check(alpha, c, k, judge, branch)
+    stage = branch + judge  # the verification stage, in target steps
+    if stage != 1.0:
+        return f_async(k, alpha, c / stage) / stage
     if k >= math.ceil(1.0 / c - 1e-12):
         return 1.0 / (c + (1.0 - c) * (1.0 - alpha))
     if alpha == 1.0:
@@ -72,16 +92,31 @@ def f_async(k: int, alpha: float, c: float, judge: float = 0.0) -> float:
     return numerator / denominator
 
 
-def engine_speedup(engine: str, depth: int, alpha: float, c: float, judge: float = 0.0, width: int = 1) -> float:
+def tree_branches(depth: int, width: int, max_nodes: int | None = None) -> int:
+    """Target branches of one round: one per distinct prefix, the root and every draft node.
+
+    A chain (W = 1) forks γ + 1; a full tree Σ W^i for i = 0..γ, its nodes capped at `max_nodes`.
+    """
+    nodes = sum(width**i for i in range(1, depth + 1))
+    if max_nodes is not None:
+        nodes = min(nodes, max_nodes)
+    return 1 + nodes
+
+
+def engine_speedup(
+    engine: str, depth: int, alpha: float, c: float, judge: float = 0.0, width: int = 1,
+    branch_cost: BranchCost = free_branches, max_nodes: int | None = None,
+) -> float:
     """Theoretical speedup of our engines at draft depth γ (see the module docstring for k).
 
     For a tree (width > 1) pass the per-position acceptance of the tree as α; if each
     candidate is accepted independently with α₁, that is 1 − (1 − α₁)^W.
     """
+    branch = branch_cost(tree_branches(depth, width, max_nodes))
     if engine == "sync":
-        return f_sync(depth + 1, alpha, c, judge)
+        return f_sync(depth + 1, alpha, c, judge, branch)
     if engine == "async":
-        return f_async(depth + 1 if width == 1 else depth, alpha, c, judge)
+        return f_async(depth + 1 if width == 1 else depth, alpha, c, judge, branch)
     raise ValueError(f"engine must be sync or async, got {engine!r}")
 
 
@@ -91,12 +126,13 @@ def combined(step_speedup: float, token_speedup: float) -> float:
 
 
 def best_depth(
-    engine: str, alpha: float, c: float, judge: float = 0.0, max_depth: int = 8, width: int = 1
+    engine: str, alpha: float, c: float, judge: float = 0.0, max_depth: int = 8, width: int = 1,
+    branch_cost: BranchCost = free_branches, max_nodes: int | None = None,
 ) -> tuple[int, float]:
     """(γ, speedup) maximizing the engine's theoretical speedup; γ = 0 means plain AR (speedup 1)."""
     best = (0, 1.0)
     for depth in range(1, max_depth + 1):
-        s = engine_speedup(engine, depth, alpha, c, judge, width)
+        s = engine_speedup(engine, depth, alpha, c, judge, width, branch_cost, max_nodes)
         if s > best[1] + 1e-12:
             best = (depth, s)
     return best

@@ -7,10 +7,11 @@ each complete candidate, and so on to depth γ (W = 1 is a chain). Verification:
   every complete node that has children; with `bonus`, complete leaves too), all in one
   fork, so each distinct prefix is prefilled once;
 - the verifier judges every node against the target's step after the node's parent;
-- the walk starts at the root and moves to the first child (in order) that was
-  accepted and ended the way the target's step did; it stops where no child is;
+- the walk starts at the root and moves to the first child (in order) that the
+  acceptance rule (acceptance.py) accepts; it stops where no child is;
 - kept: the steps on the walked path, then the target's step after the path's end
-  (always where a rejection stopped the walk; at a leaf only with `bonus`).
+  (always where a rejection stopped the walk; at a leaf only with `bonus`), up to
+  the token cap.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lookahead_reasoning.programs.step_types import StepOutput
-from lookahead_reasoning.runtime.results import StepRecord
+from lookahead_reasoning.runtime.acceptance import AcceptanceWalk, accepts
 from lookahead_reasoning.verifiers.base import Verdict
 
 ROOT = -1
@@ -102,31 +103,26 @@ def target_branches(tree: DraftTree, bonus: bool) -> list[int]:
     ]
 
 
-def walk(tree: DraftTree, verdicts: list[Verdict], target_after: dict[int, StepOutput]) -> list[int]:
-    path, cur = [], ROOT
-    while cur in target_after:
-        expected = target_after[cur]
-        nxt = next(
-            (i for i in tree.children(cur) if verdicts[i].accept and tree.nodes[i].step.ending == expected.ending),
-            None,
-        )
-        if nxt is None:
+def walk_tree(
+    tree: DraftTree, verdicts: list[Verdict], target_after: dict[int, StepOutput], walk: AcceptanceWalk
+) -> None:
+    """Feed the tree to `walk` from the root: at each node, the first child (in order) that the acceptance
+    rule accepts; a rejection when no child is accepted, the target's step after the end when it has none.
+
+    It goes on past the token cap, so that every position the verifier decided is counted.
+    """
+    cur = ROOT
+    while not walk.ended:
+        expected = target_after.get(cur)
+        if expected is None:  # a leaf the target did not extend (without `bonus`)
+            walk.close(None)
             break
-        path.append(nxt)
-        cur = nxt
-    return path
-
-
-def kept_steps(
-    tree: DraftTree, verdicts: list[Verdict], path: list[int], target_after: dict[int, StepOutput], round_index: int
-) -> tuple[list[StepRecord], list[StepOutput]]:
-    records = [
-        StepRecord(text=tree.nodes[i].step.text, source="draft", verifier_score=verdicts[i].score, round=round_index)
-        for i in path
-    ]
-    outputs = [tree.nodes[i].step for i in path]
-    end = path[-1] if path else ROOT
-    if end in target_after:
-        records.append(StepRecord(text=target_after[end].text, source="target", round=round_index))
-        outputs.append(target_after[end])
-    return records, outputs
+        children = tree.children(cur)
+        nxt = next((i for i in children if accepts(verdicts[i], tree.nodes[i].step, expected)), None)
+        if nxt is not None:
+            walk.accept(tree.nodes[nxt].step, verdicts[nxt].score)  # ends the walk if it did not end on the delimiter
+            cur = nxt
+        elif children:
+            walk.reject(expected)
+        else:
+            walk.close(expected)

@@ -6,12 +6,17 @@ from hypothesis import strategies as st
 from scripted import DELIM, ScriptedJudge, ScriptedModels
 
 from lookahead_reasoning.programs.judge import JudgeAnswer, p_yes_from_top_logprobs
+from lookahead_reasoning.programs.step_types import StepOutput
+from lookahead_reasoning.runtime.acceptance import AcceptanceWalk
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.baseline import run_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.engine import AsyncEngine, SyncEngine
 from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure
+from lookahead_reasoning.runtime.results import RoleTokens
+from lookahead_reasoning.runtime.stats import RunMetrics
 from lookahead_reasoning.verifiers import ExactMatchVerifier, FastPathVerifier, LLMJudgeVerifier
+from lookahead_reasoning.verifiers.base import Verdict
 
 TARGET = ["we add 2 and 3", "that gives 5", "so the answer is \\boxed{5}"]
 
@@ -78,13 +83,27 @@ def test_length_capped_step_is_partial_and_continues():
     assert any(not t.endswith(DELIM) for t in endings[:-1])  # some round ended inside a step
 
 
+class DraftsPastCappedSteps(ScriptedModels):
+    """A draft that does not stop at a step the length cap cut: it writes a step after it that the
+    judge accepts and that ends like the target's steps, so only the engine can keep it out."""
+
+    JUNK = "junk that makes sense" + DELIM
+
+    def draft(self, prefix, gamma, max_step_tokens=None):
+        steps = super().draft(prefix, gamma, max_step_tokens)
+        while steps and steps[-1].ending == "length" and len(steps) < gamma:
+            steps.append(StepOutput(self.JUNK, "delimiter", completion_tokens=4))
+        return steps
+
+
 def test_capped_draft_step_is_never_followed_by_another_draft_step():
-    models = ScriptedModels(TARGET)
-    result = engine(models, depth=4, max_step_tokens=3).run("q")
-    for record in result.round_log:
-        drafted = [j.draft for j in record.judged]
-        for step in drafted[:-1]:
-            assert step.endswith(DELIM)
+    models = DraftsPastCappedSteps(TARGET)
+    judge = ScriptedJudge(accept_words={"makes"})
+    result = engine(models, judge, depth=4, max_step_tokens=3).run("q")
+    judged = [j.draft for record in result.round_log for j in record.judged]
+    assert any(not d.endswith(DELIM) for d in judged)  # capped draft steps were judged
+    assert DraftsPastCappedSteps.JUNK not in judged and "junk" not in result.text  # what followed them was not
+    assert result.text == DELIM.join(TARGET)
 
 
 def test_empty_draft_falls_back_to_target_steps():
@@ -168,22 +187,6 @@ words = st.sampled_from(["add", "two", "three", "five", "so", "then", "x", "y"])
 steps = st.lists(words, min_size=1, max_size=5).map(" ".join)
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    target=st.lists(steps, min_size=1, max_size=6),
-    draft=st.lists(steps, min_size=0, max_size=6),
-    depth=st.integers(1, 5),
-    cap=st.integers(1, 6),
-)
-def test_with_exact_verification_lookahead_equals_the_target_alone(target, draft, depth, cap):
-    """Lossless property: accepting only identical steps must reproduce AR output exactly."""
-    models = ScriptedModels(target, draft)
-    config = LookaheadConfig(depth=depth, max_step_tokens=cap, max_tokens=10_000)
-    result = SyncEngine(config, models, ExactMatchVerifier()).run("q")
-    assert result.text == run_baseline(models, "q", config).text
-    assert result.stats.draft_steps_accepted <= result.stats.draft_steps_judged
-
-
 # --- async engine, tree drafting, adaptive depth --------------------------------------
 
 
@@ -191,16 +194,18 @@ def test_with_exact_verification_lookahead_equals_the_target_alone(target, draft
 @given(
     target=st.lists(steps, min_size=1, max_size=6),
     draft=st.lists(steps, min_size=0, max_size=6),
-    depth=st.integers(1, 4),
+    depth=st.integers(1, 5),
     cap=st.integers(1, 6),
     width=st.integers(1, 3),
     engine_class=st.sampled_from([SyncEngine, AsyncEngine]),
 )
 def test_every_engine_and_width_is_lossless_under_exact_verification(target, draft, depth, cap, width, engine_class):
+    """Lossless property: accepting only identical steps must reproduce AR output exactly."""
     models = ScriptedModels(target, draft)
     config = LookaheadConfig(depth=depth, max_step_tokens=cap, max_tokens=10_000, width=width)
     result = engine_class(config, models, ExactMatchVerifier()).run("q")
     assert result.text == run_baseline(models, "q", config).text
+    assert result.stats.draft_steps_accepted <= result.stats.draft_steps_judged
 
 
 def test_async_matches_sync_with_the_same_judge():
@@ -298,3 +303,105 @@ def test_tree_drafting_respects_the_node_budget():
     assert len(full.nodes) == 3 + 9 + 27
     capped = draft_tree(models, "<prompt>", depth=3, width=3, cap=100, max_nodes=20)
     assert len(capped.nodes) <= 20 and max(n.depth for n in capped.nodes) == 3
+
+
+# --- the acceptance rule and the run's metrics, on their own -----------------------------
+
+
+def _step(text, ending="delimiter", tokens=1, **usage):
+    return StepOutput(text + (DELIM if ending == "delimiter" else ""), ending, completion_tokens=tokens, **usage)
+
+
+YES, NO = Verdict(True, 0.9, "scripted"), Verdict(False, 0.1, "scripted")
+
+
+def test_acceptance_keeps_the_accepted_prefix_then_the_target_step_at_the_first_rejection():
+    walk = AcceptanceWalk(round_index=3, budget=100)
+    assert walk.decide(_step("t0"), _step("d1"), YES) and not walk.stopped
+    assert not walk.decide(_step("t1"), _step("d2"), NO)
+    assert [(k.source, k.text, k.verifier_score) for k in walk.kept] == [
+        ("draft", "d1" + DELIM, 0.9), ("target", "t1" + DELIM, None)]
+    assert (walk.accepted, walk.positions, walk.stopped) == (1, 2, True)
+    assert all(k.round == 3 for k in walk.kept)
+
+
+def test_acceptance_rejects_a_step_that_ends_unlike_the_target_step_whatever_the_verifier_says():
+    walk = AcceptanceWalk(0, 100)
+    assert not walk.decide(_step("x"), _step("x", "eos"), Verdict(True, 1.0, "exact"))
+    assert [k.source for k in walk.kept] == ["target"] and walk.positions == 1
+
+
+def test_acceptance_stops_after_a_step_that_did_not_end_on_the_delimiter():
+    walk = AcceptanceWalk(0, 100)
+    assert walk.decide(_step("a b", "length", 2), _step("a b", "length", 2), YES)
+    assert walk.stopped and not walk.capped and not walk.rejected
+    closed = AcceptanceWalk(0, 100)
+    closed.close(None)  # a leaf without a target step after it
+    assert closed.stopped and closed.kept == [] and closed.positions == 0
+
+
+def test_acceptance_keeps_the_step_that_reaches_the_cap_whole_and_nothing_after_it():
+    announced = []
+    walk = AcceptanceWalk(0, budget=5, on_keep=announced.append)
+    three = _step("a b c", tokens=3)
+    walk.decide(three, three, YES)
+    assert not walk.capped
+    walk.decide(three, three, YES)  # 6 tokens >= 5: kept whole
+    assert walk.capped and walk.stopped
+    walk.accept(three, 0.9)  # the tree walk goes on past the cap: counted, not kept
+    walk.reject(three)
+    assert len(walk.kept) == 2 and announced == walk.kept
+    assert (walk.accepted, walk.positions) == (3, 4)
+
+
+def test_run_metrics_observe_requests_and_rounds():
+    metrics = RunMetrics()
+    metrics.count_tokens("draft", [_step("d", prompt_tokens=5, cached_tokens=4)])
+    metrics.count_tokens("target", [_step("t", prompt_tokens=10), _step("t", prompt_tokens=12, cached_tokens=10)])
+    metrics.count_tokens("target", [_step("t", prompt_tokens=14, cached_tokens=12)])
+    metrics.count_tokens("judge", [Verdict(True, 0.9, "j", prompt_tokens=7, completion_tokens=1, cached_tokens=5)])
+    metrics.observe_round(_record(2, 1, 2), [_step("", "eos", 0), _step("x y z", tokens=3)])
+    assert metrics.output_tokens == 4  # an empty step still counts one token
+    metrics.degraded("draft failed: gone")
+    stats = metrics.finish("max_tokens")
+    assert stats.prompt_tokens == 10  # the run's first target request: the bare prompt
+    assert stats.target == RoleTokens(requests=3, prompt_tokens=36, completion_tokens=3, cached_tokens=22)
+    assert stats.draft == RoleTokens(requests=1, prompt_tokens=5, completion_tokens=1, cached_tokens=4)
+    assert stats.judge == RoleTokens(requests=1, prompt_tokens=7, completion_tokens=1, cached_tokens=5)
+    assert (stats.rounds, stats.draft_steps_judged, stats.draft_steps_accepted, stats.acceptance_rate) == (1, 2, 1, 0.5)
+    assert stats.target_branch_cache_ratio == 22 / 36
+    assert stats.finish == "max_tokens" and stats.degraded == ["draft failed: gone"] and stats.wall_time_s >= 0
+    assert RunMetrics().finish().acceptance_rate is None  # nothing judged: no rate
+
+
+def test_engines_count_prompt_and_requests_per_role():
+    judge = ScriptedJudge(accept_words={"makes"})
+    draft = ["we add 2 and 3", "which makes 5", "so the answer is \\boxed{5}"]
+    result = engine(ScriptedModels(TARGET, draft), judge, depth=3).run("q")
+    stats = result.stats
+    # one round, each step a request: the draft's three steps; the target's root branch and its branches
+    # after d1 and d2 (d3 ended on EOS: no bonus); the judge's one non-identical pair
+    assert (stats.draft.requests, stats.target.requests, stats.judge.requests) == (3, 3, 1)
+    assert stats.judge.prompt_tokens == 10 and stats.output_tokens == sum(len(t.split()) for t in TARGET)
+
+
+class DraftFailsAfter(ScriptedModels):
+    """The draft server answers `ok` requests, then fails."""
+
+    def __init__(self, target, ok: int):
+        super().__init__(target)
+        self.ok = ok
+
+    def draft(self, prefix, gamma, max_step_tokens=None):
+        if self.calls["draft"] >= self.ok:
+            self.fail.add("draft")
+        return super().draft(prefix, gamma, max_step_tokens)
+
+
+def test_a_draft_failing_inside_an_async_round_keeps_the_target_step_and_counts_no_rejection():
+    result = AsyncEngine(LookaheadConfig(depth=3), DraftFailsAfter(TARGET, ok=1), FastPathVerifier(ScriptedJudge())).run("q")
+    assert result.text == DELIM.join(TARGET)
+    first = result.round_log[0]
+    assert [s.source for s in first.kept] == ["draft", "target"]  # d_1, then t_1: there is no d_2 to judge
+    assert (first.accepted, first.positions) == (1, 1)
+    assert "draft failed" in result.stats.degraded[0]

@@ -65,6 +65,7 @@ def test_real_judge_answers_yes_or_no_with_a_probability(smollm2):
         ("48 / 2 = 24, so she sold 24 clips in May.", "She sold half of 48, which is 24 clips, in May."),
         ("48 / 2 = 24, so she sold 24 clips in May.", "48 * 2 = 96, so she sold 96 clips in May."),
     ])
+    assert len(answers) == 2
     for a in answers:
         assert a.answer in ("yes", "no")
         assert a.p_yes is not None and 0.0 <= a.p_yes <= 1.0

@@ -90,13 +90,15 @@ def test_full_run_against_real_servers_keeps_a_consistent_trace(reasoner):
     stats = result.stats
     assert result.text == "".join(s.text for s in result.steps)
     assert result.text.startswith(STEP_1)
-    second = result.steps[1]
-    # tiny-draft's second step differs from tiny's: the judge decided, and the kept step follows its verdict
-    assert stats.judge.requests >= 1
-    if second.source == "draft":
-        assert second.text == "Thus \\boxed{6}" and result.answer == "6"
-    else:
-        assert second.text == "Hence \\boxed{5}" and result.answer == "5"
+    # tiny-draft's second step differs from tiny's, so the judge decides it. The judge is tiny: its head gives
+    # every token it may answer ("y", "n", "no") the same logit, so P(yes) = 1/3, below the default threshold
+    # 0.8: the draft's "Thus \\boxed{6}" is rejected and the target's own step is kept.
+    assert [(s.source, s.text) for s in result.steps] == [("draft", STEP_1), ("target", "Hence \\boxed{5}")]
+    assert result.answer == "5"
+    [exact, judged] = result.round_log[0].judged
+    assert exact.method == "exact" and exact.accept
+    assert judged.draft == "Thus \\boxed{6}" and not judged.accept
+    assert stats.judge.requests == 1 and (stats.draft_steps_judged, stats.draft_steps_accepted) == (2, 1)
     assert stats.draft.completion_tokens > 0 and stats.target.cached_tokens > 0
     assert stats.target_branch_cache_ratio > 0.5
 

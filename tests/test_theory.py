@@ -62,3 +62,35 @@ def test_async_formula_is_continuous_with_its_limit(alpha, c, k):
     value = theory.f_async(k, alpha, c)
     assert 0 < value <= 1 / c + 1e-9
     assert theory.f_sync(k, alpha, c) <= k + 1e-9
+
+
+def test_branch_cost_enters_the_sync_round_by_hand():
+    # γ = 2, k = 3, α = 0.5, c = 0.1, j = 0.2, B(3) = 2.9: (1 + .5 + .25) / (0.1·2 + 2.9 + 0.2)
+    assert theory.f_sync(3, 0.5, 0.1, judge=0.2, branch=2.9) == pytest.approx(1.75 / 3.3)
+    assert theory.f_sync(3, 0.5, 0.1, judge=0.2, branch=1.0) == theory.f_sync(3, 0.5, 0.1, judge=0.2)
+    linear = lambda n: float(n)  # noqa: E731  a CPU: B(n) = n
+    assert theory.engine_speedup("sync", 2, 0.5, 0.1, 0.2, branch_cost=linear) == pytest.approx(1.75 / 3.4)
+
+
+def test_branch_cost_enters_the_async_stage_by_hand():
+    # stage B + j = 2 + 0.5 = 2.5; S(k=3, α=.5, c=.1/2.5=.04) / 2.5, k < ⌈1/.04⌉:
+    # (1 - .125) / (.5 + .04(.5 - .0625 - 3·.5·.125)) / 2.5
+    inner = 0.875 / (0.5 + 0.04 * (0.5 - 0.0625 - 3 * 0.5 * 0.125))
+    assert theory.f_async(3, 0.5, 0.1, judge=0.5, branch=2.0) == pytest.approx(inner / 2.5)
+    assert theory.f_async(3, 0.5, 0.1, judge=0.3, branch=1.0) == theory.f_async(3, 0.5, 0.1, judge=0.3)
+
+
+def test_trees_pay_for_each_distinct_prefix():
+    assert theory.tree_branches(3, 1) == 4  # a chain: γ + 1
+    assert theory.tree_branches(2, 2) == 1 + 2 + 4
+    assert theory.tree_branches(3, 4, max_nodes=16) == 17
+    seen = []
+    theory.engine_speedup("sync", 2, 0.6, 0.1, width=2, branch_cost=lambda n: seen.append(n) or 1.0)
+    assert seen == [7]
+
+
+def test_linear_branch_cost_makes_ar_the_best_choice_and_free_branches_draft():
+    linear = lambda n: float(n)  # noqa: E731
+    assert theory.best_depth("sync", 1.0 - 1e-9, 0.38, judge=0.3, branch_cost=linear) == (0, 1.0)
+    assert theory.best_depth("async", 0.9, 0.38, judge=0.3, branch_cost=linear) == (0, 1.0)
+    assert theory.best_depth("sync", 0.7, 0.1, judge=0.1)[0] >= 2

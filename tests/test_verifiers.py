@@ -1,11 +1,9 @@
 """Verifiers beyond the LLM judge, their metrics on a small labelled set, and calibration."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from cli_invoke import invoke, one_line_error
 
 from lookahead_reasoning.eval.verifier_study import LabelledPair, calibrate, evaluate, judge_all, load_pairs, metrics
 from lookahead_reasoning.runtime.errors import LookaheadError
@@ -76,8 +74,10 @@ def test_calibration_keeps_precision_and_is_found_again():
     assert chosen.threshold == 0.9 and chosen.precision == 1.0 and chosen.recall == 0.5 and chosen.met_precision
     loose = calibrate(pairs, verdicts, "pairs.jsonl", min_precision=0.75)
     assert loose.threshold == 0.6 and loose.accuracy == 5 / 6
-    exact_verdicts = [Verdict(True, 1.0, "exact")] + verdicts[1:]
-    assert calibrate(pairs, exact_verdicts, "p", 0.99).threshold <= 1.0
+    # an exact match is accepted at any threshold, as at run time, even without a score to compare
+    exact_verdicts = [Verdict(True, None, "exact")] + verdicts[1:]
+    strict = calibrate(pairs, exact_verdicts, "p", 0.99)
+    assert (strict.threshold, strict.precision, strict.recall) == (0.9, 1.0, 0.5)  # without it, recall 0.25
     save_calibration("llm-judge", "model-x", chosen)
     assert load_calibration("llm-judge", "model-x").threshold == 0.9
     assert load_calibration("llm-judge", "model-y") is None
@@ -98,29 +98,24 @@ def test_unknown_verifier_and_bad_pair_files(tmp_path):
         load_pairs(bad)
 
 
-def cli(*args, env_extra=None):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "lookahead_reasoning.cli", *args],
-                          capture_output=True, text=True, env=env, timeout=600)
-
-
-def test_verifiers_cli_evaluate_and_calibrate(tmp_path):
+def test_verifiers_cli_evaluate_and_calibrate(tmp_path, monkeypatch, capsys):
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"step_a": a, "step_b": b, "equivalent": e}) + "\n" for a, b, e in PAIRS))
-    env = {"LOOKAHEAD_CALIBRATION": str(tmp_path / "cal.json")}
-    done = cli("verifiers", "evaluate", "--pairs", str(pairs), "--verifier", "embedding-numbers", "--json", env_extra=env)
+    monkeypatch.setenv("LOOKAHEAD_CALIBRATION", str(tmp_path / "cal.json"))
+    done = invoke(capsys, "verifiers", "evaluate", "--pairs", str(pairs), "--verifier", "embedding-numbers", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert set(result) == {"precision", "recall", "accuracy", "threshold", "n"} and result["n"] == 6
     assert result["threshold"] == DEFAULT_THRESHOLDS["embedding-numbers"]
-    calibrated = cli("verifiers", "calibrate", "--pairs", str(pairs), "--verifier", "embedding", "--json", env_extra=env)
+    calibrated = invoke(capsys, "verifiers", "calibrate", "--pairs", str(pairs), "--verifier", "embedding", "--json")
     assert calibrated.returncode == 0, calibrated.stderr
     saved = json.loads((tmp_path / "cal.json").read_text())
     (key,) = saved
     assert key.startswith("embedding@") and Calibration.model_validate(saved[key]).n == 6
-    again = cli("verifiers", "evaluate", "--pairs", str(pairs), "--verifier", "embedding", "--json", env_extra=env)
+    assert json.loads(calibrated.stdout)["threshold"] == saved[key]["threshold"]
+    again = invoke(capsys, "verifiers", "evaluate", "--pairs", str(pairs), "--verifier", "embedding", "--json")
     assert json.loads(again.stdout)["threshold"] == saved[key]["threshold"]  # found where run and eval look
-    refused = cli("verifiers", "calibrate", "--pairs", str(pairs), "--verifier", "random", env_extra=env)
-    assert refused.returncode == 1 and "no score to calibrate" in refused.stderr
-    unknown = cli("verifiers", "evaluate", "--pairs", str(pairs), "--verifier", "nope", env_extra=env)
-    assert unknown.returncode == 1 and "unknown verifier 'nope'" in unknown.stderr
+    one_line_error(invoke(capsys, "verifiers", "calibrate", "--pairs", str(pairs), "--verifier", "random"),
+                   "no score to calibrate")
+    one_line_error(invoke(capsys, "verifiers", "evaluate", "--pairs", str(pairs), "--verifier", "nope"),
+                   "unknown verifier 'nope'")
