@@ -26,7 +26,7 @@ def run(
     target_url: TargetUrl = None,
     judge_url: JudgeUrl = None,
     chat_template: ChatTemplate = None,
-    depth: Depth = "4",
+    depth: Depth = "adaptive",
     width: Width = 1,
     engine: Engine = "sync",
     max_tokens: MaxTokens = 1024,
@@ -54,7 +54,7 @@ def run(
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
     reasoner = LookaheadReasoner(server_set, config)
-    result = reasoner.run(question, on_round=RoundPrinter(err))
+    result = reasoner.run(question, on_round=RoundPrinter(err, reasoner.policy))
     base = None
     if baseline:
         err.print("[bold]running the target alone (AR baseline)…[/]")

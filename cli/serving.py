@@ -97,7 +97,7 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="bind address (beyond loopback an API key is required)"),
     port: int = typer.Option(8000, help="port"),
     engine: Engine = "sync",
-    depth: Depth = "4",
+    depth: Depth = "adaptive",
     width: Width = 1,
     verifier: Verifier = "llm-judge",
     threshold: Threshold = None,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from lookahead_reasoning.files import write_atomically
 from lookahead_reasoning.runtime.errors import LookaheadError
 
 
@@ -91,7 +92,4 @@ def pin_settings(path: Path, settings: dict) -> None:
                 "use another --out to start afresh"
             )
         settings = {**settings, "methods": list(dict.fromkeys(before.get("methods", []) + settings["methods"]))}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(settings, indent=2))
-    tmp.replace(path)
+    write_atomically(path, json.dumps(settings, indent=2))

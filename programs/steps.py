@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sglang as sgl
 
-from lookahead_reasoning.programs.step_types import Sampling, StepOutput, read_step
+from lookahead_reasoning.programs.step_types import Sampling, read_step
 
 
 def checked(state, name: str):

@@ -1,27 +1,35 @@
-"""How many steps to draft each round: a fixed γ, or γ chosen from what the run measures.
+"""How many steps to draft each round: a fixed γ, or γ chosen from what the runs measure.
 
-The adaptive policy keeps running estimates, across the runs of one engine, of α (per-position acceptance, with a
-Beta(½, ½) prior and exponential forgetting so it follows a change of regime), of
-c (draft time per drafted level / target time per round) and of the judge's cost j
-(judge time / target time), and picks the γ that maximizes the engine's theoretical
-speedup (runtime/theory.py). When no γ beats plain AR it drafts nothing, and every
-`probe_every` such rounds it drafts one step to refresh the estimates.
+The adaptive policy keeps, across the runs it serves, an estimate of α (per-position
+acceptance, a Beta(½, ½) prior with exponential forgetting so it follows a change of
+regime) and a CostModel of the servers (cost_model.py: the target alone, forks of n
+branches B(n), the draft's c and the verifier's j). Each round it picks the γ, 0 (plain
+AR) included, with the highest expected speedup under those costs (theory.py with the
+branch-cost term). Until the costs are known it drafts the configured γ; a single AR
+round measures the lone target step when every round so far forked.
 
-The theory prices parallel width as free; a tree of width W has W^γ leaves, and
-every node is a request. The policy therefore caps γ for trees so that W^γ stays
-within `TREE_NODE_BUDGET` (W = 2: γ ≤ 4; W = 4: γ ≤ 2).
+When AR wins it drafts nothing, and now and then drafts one step to see whether things
+changed (a probe): the probes are spaced so that what they cost stays within
+`PROBE_BUDGET` of the run's time.
+
+A tree of width W has W^γ leaves, and each distinct prefix is a target branch; the
+policy caps γ for trees so that W^γ stays within `TREE_NODE_BUDGET` (W = 2: γ ≤ 4).
 """
 
 from __future__ import annotations
 
+import math
+import threading
 from typing import Protocol
 
-from lookahead_reasoning.runtime.theory import best_depth
 from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel
 from lookahead_reasoning.runtime.results import RoundRecord
-
+from lookahead_reasoning.runtime.theory import best_depth, engine_speedup
 
 TREE_NODE_BUDGET = 16  # leaves; the drafting itself is capped by LookaheadConfig.max_tree_nodes
+PROBE_BUDGET = 0.03  # share of the time that probes may cost while AR wins
+PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 
 
 def depth_limit(max_depth: int, width: int) -> int:
@@ -40,6 +48,8 @@ class DepthPolicy(Protocol):
 
     def observe(self, record: RoundRecord, drafted_levels: int) -> None: ...
 
+    def cost_estimate(self) -> CostEstimate | None: ...
+
 
 class FixedDepth:
     def __init__(self, depth: int):
@@ -54,59 +64,97 @@ class FixedDepth:
     def observe(self, record: RoundRecord, drafted_levels: int) -> None:
         pass
 
+    def cost_estimate(self) -> CostEstimate | None:
+        return None
+
 
 class AdaptiveDepth:
     def __init__(
-        self, mode: str, initial: int, max_depth: int, width: int = 1, forget: float = 0.9, probe_every: int = 6
+        self, mode: str, initial: int, max_depth: int, width: int = 1, forget: float = 0.9,
+        costs: CostModel | None = None, max_nodes: int | None = None,
     ):
         self.mode = mode
         self.width = width
         self.initial = initial
         self.max_depth = max_depth
+        self.max_nodes = max_nodes
         self.forget = forget
-        self.probe_every = probe_every
+        self.costs = costs or CostModel()
+        self._lock = threading.Lock()
         self.accepted = 0.0
         self.rejected = 0.0
-        self.c: float | None = None
-        self.judge = 0.0
-        self.ar_rounds = 0
+        self.ar_rounds = 0  # AR rounds since the last probe
 
     @property
     def alpha(self) -> float:
         # a weak prior: a strong one drags α̂ toward ½ and the chosen γ too low when α is high
         return (self.accepted + 0.5) / (self.accepted + self.rejected + 1.0)
 
-    def _choice(self) -> int:
-        if self.c is None:
-            return self.initial
+    def _plan(self) -> tuple[int, float]:
+        """(γ, expected speedup) under the current estimates; (initial, nan) until the costs are known."""
+        c = self.costs.c()
+        if c is None or not self.costs.ready:
+            return (0 if self.costs.needs_alone else self.initial), math.nan
         alpha = min(self.alpha, 0.999)
-        return best_depth(self.mode, alpha, max(self.c, 1e-3), self.judge, self.max_depth, self.width)[0]
+        judge = self.costs.judge_cost(self.max_depth)  # j grows with γ; plan with its largest value, then refine
+        depth, speedup = best_depth(self.mode, alpha, max(c, 1e-3), judge, self.max_depth, self.width,
+                                    self.costs.branch_cost, self.max_nodes)
+        if depth:
+            refined = best_depth(self.mode, alpha, max(c, 1e-3), self.costs.judge_cost(depth), self.max_depth,
+                                 self.width, self.costs.branch_cost, self.max_nodes)
+            depth, speedup = refined
+        return depth, speedup
+
+    def probe_spacing(self) -> int:
+        """AR rounds between probes, so that a probe's loss against AR stays within PROBE_BUDGET."""
+        c = self.costs.c()
+        if c is None:
+            return PROBE_SPACING[0]
+        speedup = engine_speedup(self.mode, 1, min(self.alpha, 0.999), max(c, 1e-3), self.costs.judge_cost(1),
+                                 self.width, self.costs.branch_cost, self.max_nodes)
+        loss = max(0.0, 1.0 / speedup - 1.0)  # extra time of a γ = 1 round over an AR round, in AR rounds
+        return min(PROBE_SPACING[1], max(PROBE_SPACING[0], math.ceil(loss / PROBE_BUDGET)))
 
     def peek_depth(self) -> int:
-        return self._choice() or 1
+        with self._lock:
+            return self._plan()[0] or 1
 
     def next_depth(self) -> int:
-        depth = self._choice()
-        if depth == 0:
-            self.ar_rounds += 1
-            if self.ar_rounds % self.probe_every == 0:
-                return 1
-        return depth
+        with self._lock:
+            depth = self._plan()[0]
+            if depth == 0 and self.costs.ready:
+                self.ar_rounds += 1
+                if self.ar_rounds >= self.probe_spacing():
+                    self.ar_rounds = 0
+                    return 1
+            return depth
 
     def observe(self, record: RoundRecord, drafted_levels: int) -> None:
+        self.costs.observe_target(record.branches, record.target_s, record.target_tokens)
+        self.costs.observe_draft(record.draft_s, record.draft_tokens)
+        if record.judged:
+            pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)
+            self.costs.observe_judge(pairs, record.judge_s)
         if record.positions == 0:
             return
-        self.accepted = self.forget * self.accepted + record.accepted
-        self.rejected = self.forget * self.rejected + (record.positions - record.accepted)
-        if drafted_levels and record.target_s > 0:
-            c = record.draft_s / drafted_levels / record.target_s
-            j = record.judge_s / record.target_s
-            self.c = c if self.c is None else 0.7 * self.c + 0.3 * c
-            self.judge = 0.7 * self.judge + 0.3 * j
+        with self._lock:
+            self.accepted = self.forget * self.accepted + record.accepted
+            self.rejected = self.forget * self.rejected + (record.positions - record.accepted)
+
+    def cost_estimate(self) -> CostEstimate | None:
+        estimate = self.costs.estimate()
+        with self._lock:
+            depth, speedup = self._plan()
+            return estimate.model_copy(update={
+                "alpha": self.alpha, "planned_depth": depth,
+                "expected_speedup": None if math.isnan(speedup) else speedup,
+            })
 
 
-def make_depth_policy(config: LookaheadConfig, mode: str) -> DepthPolicy:
+def make_depth_policy(config: LookaheadConfig, mode: str, costs: CostModel | None = None) -> DepthPolicy:
+    """The policy `config` asks for; `costs` lets several engines share what one server set costs."""
     if config.adaptive_depth:
         limit = depth_limit(config.max_depth, config.width)
-        return AdaptiveDepth(mode, min(config.depth, limit), limit, config.width)
+        return AdaptiveDepth(mode, min(config.depth, limit), limit, config.width, costs=costs,
+                             max_nodes=config.max_tree_nodes)
     return FixedDepth(config.depth)

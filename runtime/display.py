@@ -6,6 +6,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from lookahead_reasoning.runtime.cost_model import CostEstimate
+from lookahead_reasoning.runtime.depth import DepthPolicy
 from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord
 
 
@@ -14,11 +16,27 @@ def _short(text: str, width: int = 90) -> str:
     return escape(flat if len(flat) <= width else flat[: width - 1] + "…")
 
 
-class RoundPrinter:
-    """Prints each round as it finishes: drafted steps with verdicts, then the kept steps."""
+def describe_costs(estimate: CostEstimate | None) -> str | None:
+    """One line: what the adaptive policy measured and what it would do now."""
+    if estimate is None or estimate.target_s_per_token is None:
+        return None
+    b = ", ".join(f"B({n}) {v:.2f}" for n, v in estimate.branch_cost.items()) or "B n/a"
+    c = "n/a" if estimate.c is None else f"{estimate.c:.2f}"
+    alpha = "n/a" if estimate.alpha is None else f"{estimate.alpha:.2f}"
+    plan = "AR" if estimate.planned_depth == 0 else f"γ = {estimate.planned_depth}"
+    gain = "" if estimate.expected_speedup is None else f", expected {estimate.expected_speedup:.2f}× AR"
+    return f"costs: {b}, c {c}, α {alpha} → {plan}{gain}"
 
-    def __init__(self, console: Console):
+
+class RoundPrinter:
+    """Prints each round as it finishes: drafted steps with verdicts, then the kept steps.
+
+    Given the adaptive policy, it also prints what the policy has measured (the cost model).
+    """
+
+    def __init__(self, console: Console, policy: DepthPolicy | None = None):
         self.console = console
+        self.policy = policy
 
     def __call__(self, record: RoundRecord) -> None:
         c = self.console
@@ -33,6 +51,9 @@ class RoundPrinter:
         for step in record.kept:
             colour = "cyan" if step.source == "draft" else "magenta"
             c.print(f"  [{colour}]kept ({step.source})[/] {_short(step.text)}")
+        costs = describe_costs(self.policy.cost_estimate()) if self.policy is not None else None
+        if costs:
+            c.print(f"  [dim]{escape(costs)}[/]")
 
 
 def run_json(result: LookaheadResult, baseline: BaselineResult | None = None) -> dict:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from lookahead_reasoning.files import cache_dir, write_atomically
 from lookahead_reasoning.runtime.errors import LookaheadError, validation_message
 
 ROLES = ("draft", "target", "judge")
@@ -53,8 +54,7 @@ def default_endpoints_path() -> Path:
     base = os.environ.get("LOOKAHEAD_ENDPOINTS")
     if base:
         return Path(base)
-    cache = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
-    return Path(cache) / "lookahead-reasoning" / "endpoints.json"
+    return cache_dir() / "endpoints.json"
 
 
 def load_endpoints(path: Path) -> Endpoints:
@@ -69,7 +69,4 @@ def load_endpoints(path: Path) -> Endpoints:
 
 
 def save_endpoints(endpoints: Endpoints, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(endpoints.model_dump_json(indent=2))
-    tmp.replace(path)
+    write_atomically(path, endpoints.model_dump_json(indent=2))

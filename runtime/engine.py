@@ -39,6 +39,7 @@ from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.runtime.acceptance import AcceptanceWalk
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.cost_model import CostEstimate
 from lookahead_reasoning.runtime.depth import DepthPolicy, make_depth_policy
 from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure, TimeLimitExceeded, first_line, target_failed
 from lookahead_reasoning.runtime.pipeline import run_chain_round
@@ -96,11 +97,11 @@ class _Run:
     def draft_failed(self, error: BaseException) -> None:
         self.degrade("draft failed, continuing with target steps only", error)
 
-    def result(self) -> LookaheadResult:
+    def result(self, cost_model: CostEstimate | None = None) -> LookaheadResult:
         text = self.text
-        return LookaheadResult(
-            text=text, answer=last_boxed(text), steps=self.steps, round_log=self.log, stats=self.metrics.finish(self.finish)
-        )
+        stats = self.metrics.finish(self.finish)
+        stats.cost_model = cost_model
+        return LookaheadResult(text=text, answer=last_boxed(text), steps=self.steps, round_log=self.log, stats=stats)
 
 
 class Engine:
@@ -134,7 +135,7 @@ class Engine:
         """Reason on from `prompt` (already in the target's chat template) until EOS or the token cap."""
         run = _Run(prompt)
         self._loop(run, self.policy)
-        return run.result()
+        return run.result(self.policy.cost_estimate())
 
     def _loop(self, run: _Run, policy: DepthPolicy) -> None:
         raise NotImplementedError
@@ -195,18 +196,21 @@ class Engine:
                 )
                 for i in judged_nodes
             ],
-            started=started, draft_s=draft_s, target_s=t2 - t1, judge_s=t3 - t2,
+            started=started, draft_s=draft_s, target_s=t2 - t1, judge_s=t3 - t2, branches=len(targets),
+            target_tokens=max(t.completion_tokens for t in targets),
+            draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // max(1, self.config.width),
         )
 
     def _finish_round(
         self, run: _Run, walk: AcceptanceWalk, *, depth: int, judged: list[JudgedDraft], started: float,
-        draft_s: float, target_s: float, judge_s: float,
+        draft_s: float, target_s: float, judge_s: float, branches: int, target_tokens: int, draft_tokens: int,
     ) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
         record = RoundRecord(
             index=len(run.log), depth=depth, judged=judged, accepted=walk.accepted, positions=walk.positions,
             kept=walk.kept, finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos", started=started,
             draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=time.perf_counter() - started,
+            branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens,
         )
         run.metrics.observe_round(record, walk.outputs)
         run.log.append(record)
@@ -288,7 +292,9 @@ class AsyncEngine(Engine):
             record = self._finish_round(
                 run, walk, depth=depth, judged=judged, started=started, draft_s=sum(pipe.draft_times),
                 target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
-                judge_s=judge_s / max(1, len(judged)),
+                judge_s=judge_s / max(1, len(judged)), branches=len(pipe.target_times),
+                target_tokens=round(statistics.mean(pipe.target_tokens)) if pipe.target_tokens else 0,
+                draft_tokens=sum(pipe.draft_tokens),
             )
             policy.observe(record, len(pipe.draft_times))
             if self._done(run, record):

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from lookahead_reasoning.files import cache_dir
 from lookahead_reasoning.runtime.errors import LookaheadError
 
 CHAT_TEMPLATE_JINJA = (
@@ -96,10 +96,7 @@ def chat_template_for(name: str) -> str:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("LOOKAHEAD_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "lookahead-reasoning"
-    )
-    return Path(base) / "models"
+    return cache_dir() / "models"
 
 
 def prepare(name: str, log=print) -> Path:

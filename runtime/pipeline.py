@@ -41,7 +41,9 @@ class ChainPipeline:
         self.drafts: dict[int, Future] = {}  # i -> Future[StepOutput | None]; None: there is no d_i
         self.targets: dict[int, Future] = {}  # i -> Future[StepOutput]: the target's step after d_1..d_i
         self.draft_times: list[float] = []
+        self.draft_tokens: list[int] = []
         self.target_times: list[float] = []
+        self.target_tokens: list[int] = []
         self.draft_error: BaseException | None = None
         self._launch_target(0, "")
         if depth > 0:
@@ -64,6 +66,7 @@ class ChainPipeline:
                 future.set_exception(error)
                 return
             self.target_times.append(time.perf_counter() - t0)
+            self.target_tokens.append(step.completion_tokens)
             future.set_result(step)
 
         self.pool.submit(work)
@@ -80,6 +83,7 @@ class ChainPipeline:
                 t0 = time.perf_counter()
                 [step] = self.models.draft(self.prefix + text, 1, self.cap)
                 self.draft_times.append(time.perf_counter() - t0)
+                self.draft_tokens.append(step.completion_tokens)
                 if self.cancelled:
                     return
                 text += step.text

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
 
+from lookahead_reasoning.runtime.cost_model import CostEstimate
+
 
 class StepRecord(BaseModel):
     text: str
@@ -41,6 +43,9 @@ class RoundRecord(BaseModel):
     target_s: float
     judge_s: float
     wall_s: float
+    branches: int = 0  # target requests of the round (the fork's width)
+    target_tokens: int = 0  # completion tokens of the round's longest target branch
+    draft_tokens: int = 0  # completion tokens drafted for this round (one candidate per level for trees)
 
 
 class RoleTokens(BaseModel):
@@ -72,6 +77,7 @@ class RunStats(BaseModel):
     judge: RoleTokens = Field(default_factory=RoleTokens)
     target_branch_cache_ratio: float | None = None  # cached / prompt tokens over target branches
     degraded: list[str] = Field(default_factory=list)  # roles that failed and were worked around
+    cost_model: CostEstimate | None = None  # what the adaptive policy had learned when the run ended
 
 
 class LookaheadResult(BaseModel):

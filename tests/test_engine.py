@@ -267,22 +267,6 @@ def _record(depth, accepted, positions, draft_s=0.01, target_s=0.1, judge_s=0.01
                        finished=False, started=0.0, draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=0.2)
 
 
-def test_adaptive_depth_follows_alpha_and_falls_back_to_ar():
-    from lookahead_reasoning.runtime.theory import best_depth
-    from lookahead_reasoning.runtime.depth import AdaptiveDepth
-
-    policy = AdaptiveDepth("sync", initial=4, max_depth=8)
-    assert policy.next_depth() == 4  # nothing measured yet
-    for _ in range(20):
-        policy.observe(_record(4, 4, 4, draft_s=0.02), drafted_levels=4)  # α → 1, c = 0.05
-    high = policy.next_depth()
-    assert high == best_depth("sync", policy.alpha, policy.c, policy.judge)[0] >= 4
-    for _ in range(20):
-        policy.observe(_record(4, 0, 1, draft_s=0.4, judge_s=0.1), drafted_levels=4)  # α → 0, c = 1
-    depths = [policy.next_depth() for _ in range(12)]
-    assert depths.count(0) >= 10 and 1 in depths  # plain AR, with an occasional probe
-
-
 def test_adaptive_engine_run_is_correct():
     config = LookaheadConfig(depth=2, adaptive_depth=True)
     result = SyncEngine(config, ScriptedModels(TARGET * 3), FastPathVerifier(ScriptedJudge())).run("q")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from lookahead_reasoning.files import cache_dir, write_atomically
+
 
 class Calibration(BaseModel):
     threshold: float
@@ -28,10 +30,7 @@ class Calibration(BaseModel):
 def calibration_path() -> Path:
     if os.environ.get("LOOKAHEAD_CALIBRATION"):
         return Path(os.environ["LOOKAHEAD_CALIBRATION"])
-    base = os.environ.get("LOOKAHEAD_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "lookahead-reasoning"
-    )
-    return Path(base) / "calibration.json"
+    return cache_dir() / "calibration.json"
 
 
 def _key(verifier: str, model: str | None) -> str:
@@ -52,10 +51,7 @@ def save_calibration(verifier: str, model: str | None, calibration: Calibration,
     path = path or calibration_path()
     data = _read(path)
     data[_key(verifier, model)] = calibration.model_dump()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
+    write_atomically(path, json.dumps(data, indent=2))
     return path
 
 

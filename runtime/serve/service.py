@@ -13,6 +13,7 @@ from lookahead_reasoning.programs.roles import render_conversation
 from lookahead_reasoning.runtime.baseline import continue_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig, SamplingConfig
 from lookahead_reasoning.runtime.connection import Connection
+from lookahead_reasoning.runtime.depth import make_depth_policy
 from lookahead_reasoning.runtime.engine import make_engine
 from lookahead_reasoning.runtime.errors import ServerFailure, TimeLimitExceeded, first_line
 from lookahead_reasoning.runtime.results import LookaheadResult
@@ -41,6 +42,9 @@ class LookaheadService:
         self.settings = settings
         self.metrics = Metrics()
         self.slots = asyncio.Semaphore(settings.max_concurrent)
+        # one depth policy and cost model for all requests: under load every request sees that branches
+        # stopped being free, and backs off toward AR together; when load falls the probes see it
+        self.policy = make_depth_policy(config, config.engine)
 
     def request_config(self, body: SamplingRequest) -> LookaheadConfig:
         max_tokens = body.max_tokens or min(self.config.max_tokens, self.settings.max_tokens_cap)
@@ -63,7 +67,8 @@ class LookaheadService:
             text_prompt = prompt if isinstance(prompt, str) else render_conversation(self.connection.backends["target"], prompt)
             if model == AR_MODEL:
                 return self._run_ar(models, text_prompt, config, on_step)
-            engine = make_engine(config, models, self.connection.verifier_for(config), on_step=on_step, deadline=deadline)
+            engine = make_engine(config, models, self.connection.verifier_for(config), on_step=on_step,
+                                 deadline=deadline, policy=self.policy)
             result = engine.continue_from(text_prompt)
         except (ServerFailure, BackendError) as error:
             raise _downstream(error) from None
@@ -115,4 +120,5 @@ def _statistics(result: LookaheadResult) -> dict:
         "target_steps_kept": sum(1 for x in result.steps if x.source == "target"),
         "wall_time_s": s.wall_time_s,
         "degraded": s.degraded,
+        "cost_model": s.cost_model.model_dump() if s.cost_model else None,
     }

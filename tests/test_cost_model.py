@@ -1,0 +1,121 @@
+"""The online cost model on scripted timings, and the adaptive policy that plans with it."""
+
+import pytest
+
+from lookahead_reasoning.runtime.cost_model import CostModel
+from lookahead_reasoning.runtime.depth import PROBE_BUDGET, AdaptiveDepth
+from lookahead_reasoning.runtime.results import JudgedDraft, RoundRecord
+from lookahead_reasoning.runtime.theory import engine_speedup
+
+TOKENS = 20  # tokens per step
+T = 0.05  # seconds per target token alone
+
+
+def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0):
+    """A sync round of γ = depth on servers where a fork of n branches costs branch_cost(n) steps."""
+    branches = depth + 1 if depth else 1
+    judged = [JudgedDraft(draft="d", target="t", accept=True, score=1.0, method="judge")] * positions
+    return RoundRecord(
+        index=0, depth=depth, judged=judged if depth else [], accepted=accepted, positions=positions, kept=[],
+        finished=False, started=0.0, draft_s=depth * TOKENS * T * c, target_s=TOKENS * T * branch_cost(branches),
+        judge_s=judge_s if depth else 0.0, wall_s=1.0, branches=branches, target_tokens=TOKENS,
+        draft_tokens=depth * TOKENS,
+    )
+
+
+def test_estimates_from_scripted_timings():
+    model = CostModel(forget=1.0)  # no forgetting: plain means, to check by hand
+    model.observe_target(1, 1.0, 20)  # 0.05 s/token alone
+    model.observe_target(3, 2.9, 20)  # B(3) = 2.9: slope 0.95
+    model.observe_target(5, 3.4, 20)  # B(5) = 3.4: slope 0.6
+    model.observe_draft(0.76, 40)  # 0.019 s/token: c = 0.38
+    model.observe_judge(2, 0.5)
+    slope = (0.95 + 0.6) / 2  # one line through every fork seen
+    assert model.branch_cost(1) == 1.0
+    assert model.branch_cost(3) == pytest.approx(1 + 2 * slope)
+    assert model.branch_cost(9) == pytest.approx(1 + 8 * slope)
+    assert model.c() == pytest.approx(0.38)
+    # j(n) = judge seconds per round / one target step (20 tokens × 0.05 s = 1 s); a judge fork of 2 pairs cost B(2)
+    assert model.judge_cost(4) == pytest.approx(0.5 / model.branch_cost(2) * model.branch_cost(4))
+    estimate = model.estimate()
+    assert estimate.branch_slope == pytest.approx(slope) and estimate.c == pytest.approx(0.38)
+    assert estimate.branch_cost[3] == pytest.approx(1 + 2 * slope, abs=1e-3)
+
+
+def test_estimates_forget_so_they_follow_a_change_in_load():
+    model = CostModel(forget=0.8)
+    model.observe_target(1, 1.0, 20)
+    for _ in range(10):
+        model.observe_target(3, 1.0, 20)  # idle: B(3) = 1
+    assert model.branch_cost(3) == pytest.approx(1.0)
+    for _ in range(15):
+        model.observe_target(3, 3.0, 20)  # loaded: B(3) = 3
+    assert model.branch_cost(3) > 2.8
+
+
+def test_no_data_means_no_change_and_missing_figures_are_harmless():
+    model = CostModel()
+    assert not model.ready and model.c() is None and model.branch_cost(4) == 1.0 and model.judge_cost(3) == 0.0
+    model.observe_target(0, 1.0, 10)  # nothing to learn from: ignored
+    model.observe_target(3, 0.0, 10)
+    assert model.observations == 0
+    policy = AdaptiveDepth("sync", initial=3, max_depth=8)
+    assert [policy.next_depth() for _ in range(3)] == [3, 3, 3]  # behaves like fixed γ until it has data
+
+
+def _learn(policy, branch_cost, accept_all=True, rounds=30):
+    for _ in range(rounds):
+        depth = policy.next_depth()
+        accepted = depth if accept_all else 0
+        positions = depth if accept_all else min(depth, 1)
+        policy.observe(round_record(depth, accepted, positions, branch_cost=branch_cost), depth)
+
+
+def test_policy_runs_ar_when_branches_cost_linear_time_even_at_full_acceptance():
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    linear = float  # B(n) = n: a CPU, or a busy GPU
+    first = [policy.next_depth()]
+    policy.observe(round_record(first[0], 2, 2, branch_cost=linear), first[0])
+    assert policy.next_depth() == 0  # the fork was seen, never a lone step: one AR round measures it
+    _learn(policy, linear, rounds=40)
+    assert policy.costs.branch_cost(3) == pytest.approx(3.0)
+    assert policy.cost_estimate().planned_depth == 0
+    depths = [policy.next_depth() for _ in range(200)]
+    probes = depths.count(1)
+    assert depths.count(0) + probes == 200 and 1 <= probes
+    # what the probes cost stays within the budget
+    spacing = policy.probe_spacing()
+    assert spacing >= 6 and probes <= 200 // spacing + 1
+
+
+def test_policy_drafts_deep_when_branches_are_free():
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    free = lambda n: 1.0  # noqa: E731  an idle GPU
+    policy.observe(round_record(2, 2, 2, branch_cost=free), 2)
+    policy.observe(round_record(0, 0, 0, branch_cost=free), 0)
+    _learn(policy, free)
+    assert policy.next_depth() >= 4
+    estimate = policy.cost_estimate()
+    assert estimate.expected_speedup > 2 and estimate.branch_slope == pytest.approx(0.0)
+
+
+def test_policy_backs_off_when_load_rises_and_drafts_again_when_it_falls():
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8, forget=0.8)
+    free, linear = (lambda n: 1.0), float
+    policy.observe(round_record(0, 0, 0, branch_cost=free), 0)
+    _learn(policy, free)
+    assert policy.next_depth() >= 3
+    _learn(policy, linear, rounds=60)  # load: probes and forks now cost linear time
+    assert policy.cost_estimate().planned_depth == 0
+    _learn(policy, free, rounds=400)  # load gone: the probes see it
+    assert policy.cost_estimate().planned_depth >= 3
+
+
+def test_probe_spacing_bounds_the_probe_cost():
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    linear = float
+    policy.observe(round_record(2, 2, 2, branch_cost=linear), 2)
+    policy.observe(round_record(0, 0, 0, branch_cost=linear), 0)
+    spacing = policy.probe_spacing()
+    loss = 1 / engine_speedup("sync", 1, policy.alpha, policy.costs.c(), 0.0, branch_cost=policy.costs.branch_cost) - 1
+    assert loss / spacing <= PROBE_BUDGET + 1e-9
