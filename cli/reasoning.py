@@ -53,7 +53,7 @@ def run(
     from lookahead_reasoning.runtime.display import RoundPrinter, print_answer, run_json
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
-    reasoner = LookaheadReasoner(server_set, config)
+    reasoner = LookaheadReasoner(server_set, config, remember_costs=True)
     result = reasoner.run(question, on_round=RoundPrinter(err, reasoner.policy))
     base = None
     if baseline:
@@ -69,7 +69,7 @@ def demo(
     draft: str = typer.Option("qwen2.5-coder-0.5b", help="draft model"),
     target: str = typer.Option("qwen2.5-coder-1.5b", help="target model (also the judge)"),
     question: str = typer.Option(DEMO_QUESTION, help="the question"),
-    depth: int = typer.Option(2, help="γ"),
+    depth: Depth = "adaptive",
     max_tokens: MaxTokens = 320,
     max_step_tokens: MaxStepTokens = 80,
     threshold: float = typer.Option(0.7, help="judge threshold on P(yes)"),
@@ -77,10 +77,12 @@ def demo(
 ):
     """Prepare models, launch servers, answer one question with LR and with AR, and stop."""
     started = time.perf_counter()
-    config = make_config(depth=depth, max_tokens=max_tokens, max_step_tokens=max_step_tokens, verifier_threshold=threshold)
+    options = depth_options(depth)
+    config = make_config(**{"depth": 2, **options}, max_tokens=max_tokens, max_step_tokens=max_step_tokens,
+                         verifier_threshold=threshold)
     from rich.console import Console
 
-    from lookahead_reasoning.runtime.display import RoundPrinter, print_answer, print_comparison
+    from lookahead_reasoning.runtime.display import RoundPrinter, print_answer, print_comparison, print_cost_story
     from lookahead_reasoning.runtime.launcher import ServerGroup
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
@@ -90,18 +92,20 @@ def demo(
             group.start()
         if group.device == "cpu":
             err.print(
-                "[yellow]CPU mode: the target's parallel branches and the judge cost real time here, "
-                "so lookahead reasoning is slower than the target alone on a CPU by construction; "
-                "on a GPU a batch of branches costs about as much as one. Watch the acceptance rate.[/]"
+                "[yellow]CPU mode: a CPU server runs parallel requests at about linear cost, so the target's "
+                "branches are not free here as they are on a GPU. The adaptive policy measures this and "
+                "decides; the summary says what it found.[/]"
             )
         reasoner = LookaheadReasoner(group.endpoints(), config)
         err.print(f"[bold]question:[/] {question}")
         with err.status("lookahead reasoning…"):
-            result = reasoner.run(question, on_round=RoundPrinter(err))
+            result = reasoner.run(question, on_round=RoundPrinter(err, reasoner.policy))
         with err.status("the target alone (AR baseline)…"):
             base = reasoner.baseline(question)
-        print_answer(Console(), result, base)
-        print_comparison(Console(), result, base)
+        console = Console()
+        print_answer(console, result, base)
+        print_comparison(console, result, base)
+        print_cost_story(console, result, config.engine)
     finally:
         group.stop()
     err.print(f"demo finished in {time.perf_counter() - started:.0f} s")

@@ -15,16 +15,23 @@ same rate so the model follows a change in load:
   answers its pairs in one fork, usually on the target's server), so j(n) is in
   target steps.
 
-One model may be shared by concurrent runs (`lookahead serve`): it is thread-safe.
+One model may be shared by concurrent runs (`lookahead serve`): it is thread-safe. It
+can be saved per server set (`save_costs`, `load_costs`), so that the next
+`lookahead run` against the same servers starts from what the last one learned.
 """
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
 from pydantic import BaseModel
 
+from lookahead_reasoning.files import cache_dir, write_atomically
+
 MAX_SLOPE = 1.5
+KEEP_SERVER_SETS = 20  # server sets whose costs the cache file keeps
 
 
 class CostEstimate(BaseModel):
@@ -34,7 +41,8 @@ class CostEstimate(BaseModel):
     branch_cost: dict[int, float] = {}  # B(n) for a few widths n
     branch_slope: float | None = None  # s in B(n) = 1 + s(n - 1)
     c: float | None = None
-    judge_s_per_round: float | None = None
+    judge_s_per_round: float | None = None  # for one pair (a fork of n pairs costs B(n) times this)
+    j: float | None = None  # the same in target steps
     step_tokens: float | None = None
     observations: int = 0
     alpha: float | None = None  # the policy's acceptance estimate
@@ -47,6 +55,12 @@ class _Average:
 
     def __init__(self, forget: float):
         self.forget, self.weight, self.total = forget, 0.0, 0.0
+
+    def state(self) -> list[float]:
+        return [self.weight, self.total]
+
+    def restore(self, state: list[float]) -> None:
+        self.weight, self.total = float(state[0]), float(state[1])
 
     def add(self, value: float) -> None:
         self.weight = self.forget * self.weight + 1.0
@@ -69,6 +83,27 @@ class CostModel:
         self._judge = _Average(forget)  # seconds per round / B(pairs)
         self._step_tokens = _Average(forget)
         self.observations = 0
+
+    def _averages(self) -> dict[str, _Average]:
+        return {"alone": self._alone, "fork_per_width": self._fork_per_width, "inverse_width": self._inverse_width,
+                "draft": self._draft, "judge": self._judge, "step_tokens": self._step_tokens}
+
+    def state(self) -> dict:
+        """What the model has learned, as plain data (see `restore`)."""
+        with self._lock:
+            return {name: avg.state() for name, avg in self._averages().items()} | {"observations": self.observations}
+
+    def restore(self, state: dict) -> None:
+        """Take up a saved state; a state that does not fit is ignored (the model starts afresh)."""
+        try:
+            parsed = {name: [float(x) for x in state[name]][:2] for name in self._averages()}
+            observations = int(state.get("observations", 0))
+        except (KeyError, TypeError, ValueError):
+            return
+        with self._lock:
+            for name, avg in self._averages().items():
+                avg.restore(parsed[name])
+            self.observations = observations
 
     # -- observations ---------------------------------------------------------------
     def observe_target(self, branches: int, seconds: float, longest_tokens: int) -> None:
@@ -98,13 +133,13 @@ class CostModel:
     # -- estimates ------------------------------------------------------------------
     @property
     def ready(self) -> bool:
-        """Enough data to plan with: the target alone, a fork or a known slope, and the draft."""
-        return self._alone.value is not None and self._draft.value is not None
+        """Enough data to plan with: the target alone, a fork, and the draft."""
+        return None not in (self._alone.value, self._fork_per_width.value, self._draft.value)
 
     @property
-    def needs_alone(self) -> bool:
-        """Forks were measured but never a lone target step: an AR round would tell B(1)."""
-        return self._alone.value is None and self._fork_per_width.value is not None
+    def target_alone_unknown(self) -> bool:
+        """No lone target step measured yet: an AR round would tell."""
+        return self._alone.value is None
 
     def _slope(self) -> float | None:
         alone, fork = self._alone.value, self._fork_per_width.value
@@ -143,6 +178,42 @@ class CostModel:
                 branch_slope=self._slope(),
                 c=self._draft.value / alone if alone and self._draft.value is not None else None,
                 judge_s_per_round=self._judge.value,
+                j=self._judge.value / (alone * self._step_tokens.value)
+                if alone and self._judge.value is not None and self._step_tokens.value else None,
                 step_tokens=self._step_tokens.value,
                 observations=self.observations,
             )
+
+
+def costs_path() -> Path:
+    return cache_dir() / "costs.json"
+
+
+def load_costs(key: str, forget: float = 0.8, path: Path | None = None) -> CostModel:
+    """The cost model saved for the server set `key`, or a new one (also when the file is unreadable)."""
+    model = CostModel(forget)
+    try:
+        saved = json.loads((path or costs_path()).read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        saved = None
+    if isinstance(saved, dict):
+        model.restore(saved)
+    return model
+
+
+def save_costs(key: str, model: CostModel, path: Path | None = None) -> None:
+    """Save `model` for the server set `key`; failing to save only loses what it learned."""
+    path = path or costs_path()
+    try:
+        data = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    data.pop(key, None)
+    data[key] = model.state()  # the most recent last; only the last KEEP_SERVER_SETS are kept
+    data = dict(list(data.items())[-KEEP_SERVER_SETS:])
+    try:
+        write_atomically(path, json.dumps(data, indent=2))
+    except OSError:
+        pass

@@ -5,8 +5,9 @@ acceptance, a Beta(½, ½) prior with exponential forgetting so it follows a cha
 regime) and a CostModel of the servers (cost_model.py: the target alone, forks of n
 branches B(n), the draft's c and the verifier's j). Each round it picks the γ, 0 (plain
 AR) included, with the highest expected speedup under those costs (theory.py with the
-branch-cost term). Until the costs are known it drafts the configured γ; a single AR
-round measures the lone target step when every round so far forked.
+branch-cost term). With no data, its first round runs the target alone (an AR round: it
+advances like any other and measures the lone target step), then it drafts the
+configured γ until a fork and the draft have been measured.
 
 When AR wins it drafts nothing, and now and then drafts one step to see whether things
 changed (a probe): the probes are spaced so that what they cost stays within
@@ -93,8 +94,10 @@ class AdaptiveDepth:
     def _plan(self) -> tuple[int, float]:
         """(γ, expected speedup) under the current estimates; (initial, nan) until the costs are known."""
         c = self.costs.c()
+        if self.costs.target_alone_unknown:
+            return 0, math.nan
         if c is None or not self.costs.ready:
-            return (0 if self.costs.needs_alone else self.initial), math.nan
+            return self.initial, math.nan
         alpha = min(self.alpha, 0.999)
         judge = self.costs.judge_cost(self.max_depth)  # j grows with γ; plan with its largest value, then refine
         depth, speedup = best_depth(self.mode, alpha, max(c, 1e-3), judge, self.max_depth, self.width,

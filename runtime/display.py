@@ -9,6 +9,7 @@ from rich.table import Table
 from lookahead_reasoning.runtime.cost_model import CostEstimate
 from lookahead_reasoning.runtime.depth import DepthPolicy
 from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord
+from lookahead_reasoning.runtime.theory import best_depth
 
 
 def _short(text: str, width: int = 90) -> str:
@@ -22,10 +23,11 @@ def describe_costs(estimate: CostEstimate | None) -> str | None:
         return None
     b = ", ".join(f"B({n}) {v:.2f}" for n, v in estimate.branch_cost.items()) or "B n/a"
     c = "n/a" if estimate.c is None else f"{estimate.c:.2f}"
+    j = "n/a" if estimate.j is None else f"{estimate.j:.2f}"
     alpha = "n/a" if estimate.alpha is None else f"{estimate.alpha:.2f}"
     plan = "AR" if estimate.planned_depth == 0 else f"γ = {estimate.planned_depth}"
     gain = "" if estimate.expected_speedup is None else f", expected {estimate.expected_speedup:.2f}× AR"
-    return f"costs: {b}, c {c}, α {alpha} → {plan}{gain}"
+    return f"costs: {b}, c {c}, j {j}, α {alpha} → {plan}{gain}"
 
 
 class RoundPrinter:
@@ -114,3 +116,30 @@ def print_comparison(console: Console, result: LookaheadResult, baseline: Baseli
         f"speedup {baseline.wall_time_s / max(s.wall_time_s, 1e-9):.2f}×, acceptance rate {rate}, "
         f"target-branch cached/prompt tokens {ratio}"
     )
+
+
+GPU_LIKE = {"c": 0.05, "judge": 0.1}  # a small draft and a one-token judge answer, when branches are free
+
+
+def print_cost_story(console: Console, result: LookaheadResult, engine: str = "sync") -> None:
+    """What the run measured, what the policy decided and why, and what the same α would give on a GPU."""
+    estimate = result.stats.cost_model
+    if estimate is None or estimate.c is None or not estimate.branch_cost:
+        console.print("the adaptive policy had too little data to judge the costs (a fixed γ ran)")
+        return
+    b = ", ".join(f"B({n}) = {v:.2f}" for n, v in estimate.branch_cost.items())
+    j = "n/a" if estimate.j is None else f"{estimate.j:.2f}"
+    alpha = result.stats.acceptance_rate if result.stats.acceptance_rate is not None else estimate.alpha
+    console.print(f"[bold]measured:[/] {b} (a fork of n branches over one target step), c = {estimate.c:.2f}, "
+                  f"j = {j} (one judged pair, in target steps), α = {alpha:.2f}")
+    if estimate.planned_depth == 0:
+        worst = max(estimate.branch_cost.values())
+        console.print(f"[bold]decision:[/] branches cost up to {worst:.1f}× one step here, so LR would lose: "
+                      "running as AR (with a rare probe)")
+    else:
+        console.print(f"[bold]decision:[/] drafting γ = {estimate.planned_depth}, expected "
+                      f"{estimate.expected_speedup:.2f}× AR at these costs")
+    depth, speedup = best_depth(engine, min(alpha, 0.999), GPU_LIKE["c"], GPU_LIKE["judge"])
+    console.print(f"[bold]projection (theory, not a measurement):[/] at α = {alpha:.2f} on a GPU where branches "
+                  f"are free (B = 1, c = {GPU_LIKE['c']}, j = {GPU_LIKE['judge']}), γ = {depth} would give "
+                  f"{speedup:.2f}× AR")

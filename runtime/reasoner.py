@@ -7,6 +7,7 @@ from typing import Callable
 from lookahead_reasoning.runtime.baseline import run_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.connection import Connection
+from lookahead_reasoning.runtime.cost_model import load_costs, save_costs
 from lookahead_reasoning.runtime.endpoints import Endpoints
 from lookahead_reasoning.runtime.depth import make_depth_policy
 from lookahead_reasoning.runtime.engine import Engine, make_engine
@@ -21,10 +22,14 @@ class LookaheadReasoner:
     >>> result.answer, result.stats.acceptance_rate
     """
 
-    def __init__(self, endpoints: Endpoints, config: LookaheadConfig | None = None):
+    def __init__(self, endpoints: Endpoints, config: LookaheadConfig | None = None, remember_costs: bool = False):
+        """`remember_costs`: start the adaptive policy from the costs saved for these servers, and save
+        what each run teaches it (in the cache folder), so that the next reasoner starts informed."""
         self.config = config or LookaheadConfig()
         self.connection = Connection(endpoints, self.config)
-        self.policy = make_depth_policy(self.config, self.config.engine)  # shared by this reasoner's runs
+        self.costs_key = server_set_key(endpoints) if remember_costs and self.config.adaptive_depth else None
+        costs = load_costs(self.costs_key) if self.costs_key else None
+        self.policy = make_depth_policy(self.config, self.config.engine, costs)  # shared by this reasoner's runs
 
     def engine(self, on_round: Callable[[RoundRecord], None] | None = None) -> Engine:
         """The engine the config names (sync or async), over this connection."""
@@ -33,7 +38,11 @@ class LookaheadReasoner:
         )
 
     def run(self, question: str, on_round: Callable[[RoundRecord], None] | None = None) -> LookaheadResult:
-        return self.engine(on_round).run(question)
+        try:
+            return self.engine(on_round).run(question)
+        finally:
+            if self.costs_key:
+                save_costs(self.costs_key, self.policy.costs)
 
     def continue_from(self, prompt: str) -> LookaheadResult:
         """Reason on from a prompt already in the target's chat template (used by the `lookahead` program)."""
@@ -41,3 +50,9 @@ class LookaheadReasoner:
 
     def baseline(self, question: str) -> BaselineResult:
         return run_baseline(self.connection.models, question, self.config)
+
+
+def server_set_key(endpoints: Endpoints) -> str:
+    """What names a server set for the saved costs: each role's URL and model."""
+    return " ".join(f"{role}={spec.url}({spec.model or '?'})" for role, spec in
+                    (("draft", endpoints.draft), ("target", endpoints.target), ("judge", endpoints.judge)))

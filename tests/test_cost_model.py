@@ -60,7 +60,10 @@ def test_no_data_means_no_change_and_missing_figures_are_harmless():
     model.observe_target(3, 0.0, 10)
     assert model.observations == 0
     policy = AdaptiveDepth("sync", initial=3, max_depth=8)
-    assert [policy.next_depth() for _ in range(3)] == [3, 3, 3]  # behaves like fixed γ until it has data
+    assert policy.next_depth() == 0  # first a round of the target alone: it measures the lone step
+    policy.observe(round_record(0, 0, 0, branch_cost=float), 0)
+    assert [policy.next_depth() for _ in range(3)] == [3, 3, 3]  # then fixed γ until a fork is measured
+    assert policy.cost_estimate().expected_speedup is None
 
 
 def _learn(policy, branch_cost, accept_all=True, rounds=30):
@@ -74,9 +77,6 @@ def _learn(policy, branch_cost, accept_all=True, rounds=30):
 def test_policy_runs_ar_when_branches_cost_linear_time_even_at_full_acceptance():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     linear = float  # B(n) = n: a CPU, or a busy GPU
-    first = [policy.next_depth()]
-    policy.observe(round_record(first[0], 2, 2, branch_cost=linear), first[0])
-    assert policy.next_depth() == 0  # the fork was seen, never a lone step: one AR round measures it
     _learn(policy, linear, rounds=40)
     assert policy.costs.branch_cost(3) == pytest.approx(3.0)
     assert policy.cost_estimate().planned_depth == 0
@@ -119,3 +119,21 @@ def test_probe_spacing_bounds_the_probe_cost():
     spacing = policy.probe_spacing()
     loss = 1 / engine_speedup("sync", 1, policy.alpha, policy.costs.c(), 0.0, branch_cost=policy.costs.branch_cost) - 1
     assert loss / spacing <= PROBE_BUDGET + 1e-9
+
+
+def test_costs_are_saved_per_server_set_and_a_bad_file_starts_afresh(tmp_path):
+    from lookahead_reasoning.runtime.cost_model import load_costs, save_costs
+
+    path = tmp_path / "costs.json"
+    model = CostModel()
+    model.observe_target(1, 1.0, 20)
+    model.observe_target(3, 2.0, 20)
+    model.observe_draft(0.2, 20)
+    save_costs("servers A", model, path)
+    again = load_costs("servers A", path=path)
+    assert again.estimate() == model.estimate() and again.ready
+    assert load_costs("servers B", path=path).observations == 0
+    path.write_text("{not json")
+    assert load_costs("servers A", path=path).observations == 0
+    save_costs("servers A", model, path)  # overwrites the unreadable file
+    assert load_costs("servers A", path=path).ready
