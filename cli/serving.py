@@ -62,10 +62,15 @@ def launch(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        save_endpoints(group.start(), path)
+        written = group.start()
+        save_endpoints(written, path)
         err.print(f"[green]servers ready[/]; endpoints written to {path}. Ctrl-C or `lookahead stop` stops them.")
         while not stopping["flag"]:
             group.supervise()
+            current = group.endpoints()
+            if current.restarting != written.restarting:  # readers (`serve`'s /health) see who is restarting
+                save_endpoints(current, path)
+                written = current
             time.sleep(0.5)
         err.print("stopping servers")
     finally:

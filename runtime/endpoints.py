@@ -43,6 +43,7 @@ class Endpoints(BaseModel):
     judge: Endpoint
     launcher_pid: int | None = None
     launcher_started: int | None = None  # the launcher's start time (clock ticks since boot), checked by `stop`
+    restarting: list[str] = []  # roles whose server the launcher is restarting (runs meanwhile degrade)
 
     @classmethod
     def from_urls(cls, draft: str, target: str, judge: str | None = None, chat_template: str | None = None):

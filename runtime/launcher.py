@@ -297,6 +297,7 @@ class ServerGroup:
             },
             launcher_pid=os.getpid(),
             launcher_started=process_start_time(os.getpid()),
+            restarting=self.restarting(),
         )
 
     def stop(self) -> None:

@@ -115,10 +115,13 @@ def test_launch_run_json_supervise_and_die_with_the_launcher(tmp_path):
         reasoner = LookaheadReasoner(load_endpoints(endpoints), LookaheadConfig(depth=2, max_tokens=64))
         os.killpg(servers[0], signal.SIGKILL)
         _wait_for(lambda: "restarting in 30 s" in log.read_text(), launcher, log, "noticing the dead draft", 30)
+        restarting = lambda: json.loads(endpoints.read_text())["restarting"]  # noqa: E731
+        _wait_for(lambda: restarting() == ["draft"], launcher, log, "the endpoints file naming the restart", 10)
         degraded = reasoner.run("What is two and three?")
         assert len(degraded.stats.degraded) == 1 and degraded.stats.degraded[0].startswith("draft failed")
         assert degraded.text == out["text"] and {s.source for s in degraded.steps} == {"target"}
         _wait_for(lambda: "draft server is ready again" in log.read_text(), launcher, log, "restarting the draft")
+        _wait_for(lambda: restarting() == [], launcher, log, "the endpoints file clearing the restart", 10)
         again = reasoner.run("What is two and three?")
         assert again.stats.degraded == [] and again.stats.draft_steps_accepted == 1
         servers.append(os.getpgid(_server_pid(int(spec["draft"]["url"].rsplit(":", 1)[1]))))
