@@ -103,6 +103,7 @@ def eval_command(
     from lookahead_reasoning.eval.datasets import dataset_spec, load_problems
     from lookahead_reasoning.eval.report import markdown_report, write_report
     from lookahead_reasoning.eval.runner import parse_methods
+    from lookahead_reasoning.eval.served import served_models
 
     spec = dataset_spec(dataset)
     if limit is not None and limit < 1:
@@ -118,6 +119,7 @@ def eval_command(
     server_set = endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)
     settings = {"dataset": dataset, "data": str(data) if data else spec.hf_id,
                 "config": config.model_dump(exclude={"request_timeout_s"})}
+    settings["models"] = served_models(server_set)  # a resume against other models is refused
     verifier_note = describe_verifier(server_set, config)
     records = run_with_progress(problems, method_specs, server_set, out, settings, samples, dataset)
     title = f"{dataset}: {len(problems)} problems × {samples} sample(s)"
@@ -257,6 +259,7 @@ def sweep_command(
     if sim and not (0.0 < sim_alpha < 1.0 and sim_c > 0.0 and sim_target_ms > 0.0):
         raise LookaheadError("--sim-alpha must lie in (0, 1), and --sim-c and --sim-target-ms must be > 0")
     from lookahead_reasoning.eval.report import write_report
+    from lookahead_reasoning.eval.served import served_models
     from lookahead_reasoning.eval.sweep import plot_sweep, sweep_methods, table3
 
     config = make_config(
@@ -269,6 +272,7 @@ def sweep_command(
                 "config": config.model_dump(exclude={"request_timeout_s", "width", "depth"}),
                 "sim": {"alpha": sim_alpha, "c": sim_c, "target_ms": sim_target_ms} if sim else None}
     with servers(sim, sim_alpha, sim_c, sim_target_ms, endpoints, draft_url, target_url, judge_url, chat_template) as server_set:
+        settings["models"] = served_models(server_set)  # a resume against other models is refused
         verifier_note = describe_verifier(server_set, config)
         records = run_with_progress(problems, methods, server_set, out, settings, 1, f"sweep {dataset}",
                                     grade_answers=not sim)
@@ -286,6 +290,9 @@ def sweep_command(
 
 def bench(
     sim: bool = typer.Option(False, "--sim", help="the scheduling grid on simulated servers with GPU-like timing"),
+    load: bool = typer.Option(False, "--load", help="speedup against AR as load rises (batch slope × concurrency)"),
+    slopes: Optional[str] = typer.Option(None, help="--load: batch slopes, e.g. 0,0.1,1 (0: batches free, 1: linear)"),
+    concurrencies: Optional[str] = typer.Option(None, help="--load: concurrent requests, e.g. 1,4,16,64"),
     serve_load: bool = typer.Option(False, "--serve", help="a load check of `lookahead serve`, LR and AR"),
     url: Optional[str] = typer.Option(None, help="--serve: a running frontend on loopback (default: start one on simulated servers)"),
     requests_n: int = typer.Option(16, "--requests", help="--serve: requests per model"),
@@ -297,7 +304,7 @@ def bench(
     quick: bool = typer.Option(False, "--quick", help="a small subset of the grid (a few minutes)"),
     alphas: Optional[str] = typer.Option(None, help="α values, e.g. 0.4,0.6,0.8"),
     cs: Optional[str] = typer.Option(None, help="c values, e.g. 0.05,0.1,0.25"),
-    depths: Optional[str] = typer.Option(None, help="γ values and/or 'adaptive', e.g. 1,2,4,adaptive"),
+    depths: Optional[str] = typer.Option(None, help="γ values and/or 'adaptive' (and 'ar' with --load), e.g. 1,2,4,adaptive"),
     widths: Optional[str] = typer.Option(None, help="W values, e.g. 1,2,4"),
     engines: Optional[str] = typer.Option(None, help="sync,async"),
     problems: int = typer.Option(2, help="simulated problems per point"),
@@ -306,16 +313,20 @@ def bench(
     as_json: AsJson = False,
     out: Optional[Path] = typer.Option(None, help="write bench.json, bench.md and PNG plots here"),
 ):
-    """Measure the engines' speedup against the theory, on simulated servers with GPU-like timing."""
+    """Measure the engines on simulated servers with GPU-like timing: against the theory (--sim), under load
+    (--load), or a running frontend (--serve)."""
+    if serve_load:
+        _bench_serve(url, requests_n, concurrency, max_concurrent, queue_timeout, time_limit, api_key, as_json)
+        return
+    if load:
+        _bench_load(quick, slopes, concurrencies, depths, engines, target_ms, as_json, out)
+        return
+    if not sim:
+        raise LookaheadError("give --sim (scheduling grid), --load (speedup under load) or --serve (load check)")
     from lookahead_reasoning.eval.bench import Grid, alpha_shift_check, run_grid
     from lookahead_reasoning.eval.bench_report import markdown_table, write_report
     from lookahead_reasoning.eval.simserver import LatencyModel
 
-    if serve_load:
-        _bench_serve(url, requests_n, concurrency, max_concurrent, queue_timeout, time_limit, api_key, as_json)
-        return
-    if not sim:
-        raise LookaheadError("give --sim (scheduling grid) or --serve (load check)")
     grid = Grid.quick() if quick else Grid()
     overrides = {}
     if alphas:
@@ -352,6 +363,48 @@ def bench(
         print(markdown_table(points))
         if shift:
             print(f"α 0.9 → 0.2 halfway (c = 0.1): speedup fixed γ=4 {shift['fixed']:.2f}×, adaptive {shift['adaptive']:.2f}×")
+
+
+def _load_depth(text: str):
+    if text in ("ar", "adaptive"):
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise LookaheadError(f"--depths takes 'ar', 'adaptive' or whole numbers >= 1, got {text!r}")
+
+
+def _bench_load(quick, slopes, concurrencies, depths, engines, target_ms, as_json, out) -> None:
+    from lookahead_reasoning.eval.load_bench import LoadGrid, load_table, run_load_grid, write_load_report
+    from lookahead_reasoning.eval.simserver import LatencyModel
+
+    grid = LoadGrid.quick() if quick else LoadGrid()
+    overrides: dict = {}
+    if slopes:
+        overrides["slopes"] = number_list(slopes, "slopes")
+    if concurrencies:
+        overrides["concurrency"] = number_list(concurrencies, "concurrencies", int)
+    if depths:
+        overrides["depths"] = [_load_depth(d.strip()) for d in depths.split(",") if d.strip()]
+    if engines:
+        overrides["engines"] = [e.strip() for e in engines.split(",") if e.strip()]
+    grid = validated(LoadGrid, **{**grid.model_dump(), **overrides})
+    latency = validated(LatencyModel, target_decode_ms=target_ms, judge_decode_ms=target_ms / 2, steps=10,
+                        question_words=40)
+    from rich.progress import Progress
+
+    total = len(grid.slopes) * len(grid.concurrency) * (1 + (len(grid.depths) - 1) * len(grid.engines))
+    with Progress(console=err) as bar:
+        task = bar.add_task("load points", total=total)
+        points = run_load_grid(grid, latency, progress=lambda p: bar.advance(task))
+    if out:
+        write_load_report(points, out)
+        err.print(f"report written to {out} (load.json, load.md, load.png)")
+    if as_json:
+        print(json.dumps({"points": [p.model_dump(include={
+            "slope", "concurrency", "engine", "depth", "width", "tokens_per_s", "p50_s", "p99_s", "speedup_vs_ar"})
+            for p in points]}))
+    else:
+        print(load_table(points))
 
 
 def _bench_serve(url, n, concurrency, max_concurrent, queue_timeout, time_limit, api_key, as_json) -> None:

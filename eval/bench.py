@@ -31,7 +31,6 @@ from lookahead_reasoning.runtime import theory
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.depth import depth_limit
 from lookahead_reasoning.runtime.errors import LookaheadError
-from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 from lookahead_reasoning.runtime.results import LookaheadResult
 
 Depth = Union[int, Literal["adaptive"]]
@@ -107,6 +106,8 @@ def _overheads(result: LookaheadResult, log: list[tuple[float, float]]) -> list[
 def measure_method(
     cluster: SimCluster, config: LookaheadConfig, problems: list[str]
 ) -> tuple[float, list[LookaheadResult], list[float]]:
+    from lookahead_reasoning.runtime.reasoner import LookaheadReasoner  # imports SGLang: only when measuring
+
     reasoner = LookaheadReasoner(cluster.endpoints(), config)
     log: list[tuple[float, float]] = []
     for backend in reasoner.connection.backends.values():
@@ -123,6 +124,8 @@ def measure_method(
 
 
 def measure_ar(cluster: SimCluster, problems: list[str]) -> float:
+    from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
+
     reasoner = LookaheadReasoner(cluster.endpoints(), LookaheadConfig(max_tokens=100_000))
     return sum(reasoner.baseline(q).wall_time_s for q in problems)
 

@@ -407,9 +407,12 @@ class SimCluster:
         for proc in self.procs.values():
             stop_group(proc, grace_s=10)
 
-    def configure(self, alpha: float, c: float, alpha_schedule: list[tuple[int, float]] | None = None) -> None:
+    def configure(
+        self, alpha: float, c: float, alpha_schedule: list[tuple[int, float]] | None = None, batch_slope: float = 0.0
+    ) -> None:
+        """α of the judge, c of the draft, and `batch_slope` of every server (0: batches are free; 1: linear)."""
         lat = self.latency
-        common = {"step_tokens": lat.step_tokens, "steps": lat.steps, "seed": self.seed}
+        common = {"step_tokens": lat.step_tokens, "steps": lat.steps, "seed": self.seed, "batch_slope": batch_slope}
         settings = {
             "draft": {**common, "decode_ms": c * lat.target_decode_ms},
             "target": {**common, "decode_ms": lat.target_decode_ms},

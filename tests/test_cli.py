@@ -214,7 +214,7 @@ def test_bench_sim_json_and_report(capsys, tmp_path):
     proc = invoke(capsys, 
         "bench", "--sim", "--alphas", "0.6", "--cs", "0.25", "--depths", "1,adaptive", "--widths", "1",
         "--engines", "sync,async", "--problems", "1", "--target-ms", "2", "--no-alpha-shift",
-        "--json", "--out", str(tmp_path), timeout=300,
+        "--json", "--out", str(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr
     points = json.loads(proc.stdout)["points"]

@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from cli_invoke import invoke
 
 from lookahead_reasoning.eval.datasets import load_problems
 from lookahead_reasoning.eval.records import EvalRecord, ResultStore
@@ -51,20 +52,6 @@ INTERRUPTIBLE_CLI = [
 def url_options(sims) -> list[str]:
     return ["--draft-url", sims.draft.url, "--target-url", sims.target.url, "--judge-url", sims.judge.url,
             "--chat-template", "chatml"]
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    """`lookahead ARGS` in this process: its exit code, stdout and stderr."""
-    from lookahead_reasoning.cli.app import main
-
-    capsys.readouterr()  # only this command's output
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_every_method_writes_a_line_and_the_report_compares_them(sims, problems, tmp_path):
@@ -159,20 +146,20 @@ def test_ctrl_c_loses_nothing_and_a_rerun_continues(sims, tmp_path, capsys):
     assert process.returncode == 130, stderr.decode()
     kept = ResultStore(results).load()
     assert 2 <= len(kept) < 16
-    code, stdout, stderr = run_cli(capsys, *args)  # the rerun, in this process
-    assert code == 0, stderr
+    finished = invoke(capsys, *args)  # the rerun, in this process
+    assert finished.returncode == 0, finished.stderr
     keys = [EvalRecord.model_validate_json(line).key for line in results.read_text().splitlines()]
     assert len(keys) == len(set(keys)) == 16
-    assert "| lr |" in stdout
+    assert "| lr |" in finished.stdout
 
 
 def test_sweep_on_simulated_servers_writes_table_3(tmp_path, capsys):
     data = tmp_path / "gsm.jsonl"
     data.write_text("".join(json.dumps({"question": f"q{i}", "answer": "1"}) + "\n" for i in range(2)))
     out = tmp_path / "sweep"
-    code, _, stderr = run_cli(capsys, "sweep", "--dataset", "gsm8k", "--data", str(data), "--width", "1,2",
-                              "--depth", "1,2", "--sim", "--sim-alpha", "0.7", "--sim-target-ms", "2", "--out", str(out))
-    assert code == 0, stderr
+    finished = invoke(capsys, "sweep", "--dataset", "gsm8k", "--data", str(data), "--width", "1,2", "--depth", "1,2",
+                      "--sim", "--sim-alpha", "0.7", "--sim-target-ms", "2", "--out", str(out))
+    assert finished.returncode == 0, finished.stderr
     table = (out / "sweep.md").read_text()
     assert "| W \\ γ | 1 | 2 |" in table
     rows = [line for line in table.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
@@ -180,9 +167,8 @@ def test_sweep_on_simulated_servers_writes_table_3(tmp_path, capsys):
     assert (out / "sweep.png").stat().st_size > 0
     methods = {json.loads(line)["method"] for line in (out / "results.jsonl").read_text().splitlines()}
     assert methods == {"ar", "lr-w1-d1", "lr-w1-d2", "lr-w2-d1", "lr-w2-d2"}
-    code, _, stderr = run_cli(capsys, "sweep", "--dataset", "gsm8k", "--data", str(data), "--width", "0", "--sim",
-                              "--out", str(out))
-    assert code == 1 and "--width needs numbers >= 1" in stderr
+    bad = invoke(capsys, "sweep", "--dataset", "gsm8k", "--data", str(data), "--width", "0", "--sim", "--out", str(out))
+    assert bad.returncode == 1 and "--width needs numbers >= 1" in bad.stderr
 
 
 def test_ctrl_c_does_not_wait_for_a_request_in_flight(sims, tmp_path):
@@ -198,7 +184,8 @@ def test_ctrl_c_does_not_wait_for_a_request_in_flight(sims, tmp_path):
                                    env={**os.environ, "HF_HUB_OFFLINE": "1"})
         deadline = time.monotonic() + 120
         while not target.last_sampling:  # wait for the run's first target request
-            assert process.poll() is None and time.monotonic() < deadline
+            assert process.poll() is None, process.stderr.read().decode()
+            assert time.monotonic() < deadline
             time.sleep(0.01)
         target.fault = "stall"  # from now on every target request hangs
         time.sleep(1.5)

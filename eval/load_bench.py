@@ -1,0 +1,183 @@
+"""`lookahead bench --load`: speedup against AR as load rises, on simulated servers.
+
+Load is two things at once here. `batch_slope` says what parallel requests cost a server
+(0: a batch costs one request, an idle GPU; 1: linear, a CPU or a saturated GPU), and
+`concurrency` is how many requests run at once. Every method at a point runs the same
+requests on the same servers: `concurrency` threads, each taking requests until
+`requests_per_point` are done. The lookahead methods of one point share one engine
+configuration and, for the adaptive policy, one policy and cost model, as the requests
+of `lookahead serve` do.
+
+Reported per point: tokens/s (all output tokens / wall time), p50 and p99 request
+latency, and speedup_vs_ar = AR's p50 latency / the method's p50 latency at the same
+(slope, concurrency).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Literal, Union
+
+from pydantic import BaseModel, Field, model_validator
+
+from lookahead_reasoning.eval.bench import questions
+from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
+from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.runtime.errors import LookaheadError
+
+Depth = Union[Literal["ar", "adaptive"], int]
+
+
+class LoadGrid(BaseModel):
+    slopes: list[float] = [0.0, 0.1, 1.0]
+    concurrency: list[int] = [1, 4, 16, 64]
+    depths: list[Depth] = ["ar", 2, 4, "adaptive"]
+    engines: list[Literal["sync", "async"]] = ["sync", "async"]
+    alpha: float = Field(0.7, gt=0.0, lt=1.0)
+    c: float = Field(0.1, gt=0.0)
+    min_requests: int = Field(8, ge=1, description="requests per point at least (more when concurrency is higher)")
+
+    @model_validator(mode="after")
+    def _valid(self):
+        if not (self.slopes and self.concurrency and self.depths and self.engines):
+            raise ValueError("every grid axis needs at least one value")
+        if any(s < 0 for s in self.slopes):
+            raise ValueError(f"batch slopes must be >= 0, got {self.slopes}")
+        if any(n < 1 for n in self.concurrency):
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if any(d not in ("ar", "adaptive") and (not isinstance(d, int) or d < 1) for d in self.depths):
+            raise ValueError(f"depths are 'ar', 'adaptive' or numbers >= 1, got {self.depths}")
+        if "ar" not in self.depths:  # the reference of every speedup
+            self.depths = ["ar", *self.depths]
+        return self
+
+    @classmethod
+    def quick(cls) -> LoadGrid:
+        return cls(slopes=[0.0, 1.0], concurrency=[1, 16], depths=["ar", 2, "adaptive"], engines=["sync"])
+
+
+class LoadPoint(BaseModel):
+    slope: float
+    concurrency: int
+    engine: str
+    depth: Depth
+    width: int = 1
+    tokens_per_s: float
+    p50_s: float
+    p99_s: float
+    speedup_vs_ar: float
+    acceptance_rate: float | None = None
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _run_point(cluster: SimCluster, depth: Depth, engine: str, problems: list[str], concurrency: int,
+               latency: LatencyModel) -> tuple[float, list[float], int, int, int]:
+    """(wall s, latencies, output tokens, judged, accepted) of the problems run `concurrency` at a time."""
+    extra = {"adaptive_depth": True, "depth": 2} if depth == "adaptive" else {"depth": 1 if depth == "ar" else depth}
+    config = LookaheadConfig(engine=engine, seed=1, max_tokens=100_000, max_step_tokens=latency.step_tokens + 8,
+                             **extra)
+    from lookahead_reasoning.runtime.reasoner import LookaheadReasoner  # imports SGLang: only when measuring
+
+    reasoner = LookaheadReasoner(cluster.endpoints(), config)
+
+    def one(question: str) -> tuple[float, int, int, int]:
+        t0 = time.perf_counter()
+        if depth == "ar":
+            out = reasoner.baseline(question)
+            return time.perf_counter() - t0, out.output_tokens, 0, 0
+        result = reasoner.run(question)
+        if result.stats.finish != "eos" or result.stats.degraded:
+            raise LookaheadError(f"a run did not finish cleanly: {result.stats.finish} {result.stats.degraded}")
+        s = result.stats
+        return time.perf_counter() - t0, s.output_tokens, s.draft_steps_judged, s.draft_steps_accepted
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        outcomes = list(pool.map(one, problems))
+    wall = time.perf_counter() - started
+    return (wall, [o[0] for o in outcomes], sum(o[1] for o in outcomes), sum(o[2] for o in outcomes),
+            sum(o[3] for o in outcomes))
+
+
+def run_load_grid(grid: LoadGrid, latency: LatencyModel,
+                  progress: Callable[[LoadPoint], None] | None = None) -> list[LoadPoint]:
+    points: list[LoadPoint] = []
+    with SimCluster(latency) as cluster:
+        for slope in grid.slopes:
+            cluster.configure(grid.alpha, grid.c, batch_slope=slope)
+            for concurrency in grid.concurrency:
+                count = max(grid.min_requests, 2 * concurrency)
+                problems = questions(latency.model_copy(update={"problems": count}))
+                ar_p50 = None
+                for engine in grid.engines:
+                    for depth in sorted(grid.depths, key=lambda d: d != "ar"):  # AR first: the reference
+                        if depth == "ar" and engine != grid.engines[0]:
+                            continue  # AR has no engine: measured once per point
+                        try:
+                            wall, latencies, tokens, judged, accepted = _run_point(
+                                cluster, depth, engine, problems, concurrency, latency)
+                        except LookaheadError as error:
+                            raise LookaheadError(f"load point slope={slope} concurrency={concurrency} "
+                                                 f"γ={depth} {engine}: {error}") from None
+                        p50 = statistics.median(latencies)
+                        if depth == "ar":
+                            ar_p50 = p50
+                        point = LoadPoint(
+                            slope=slope, concurrency=concurrency, engine="-" if depth == "ar" else engine,
+                            depth=depth, tokens_per_s=tokens / wall, p50_s=p50, p99_s=_percentile(latencies, 0.99),
+                            speedup_vs_ar=(ar_p50 / p50) if ar_p50 else float("nan"),
+                            acceptance_rate=accepted / judged if judged else None,
+                        )
+                        points.append(point)
+                        if progress is not None:
+                            progress(point)
+    return points
+
+
+def load_table(points: list[LoadPoint]) -> str:
+    head = "| slope | concurrency | engine | γ | tokens/s | p50 s | p99 s | speedup vs AR | α |\n"
+    head += "|---|---|---|---|---|---|---|---|---|\n"
+    rows = [
+        f"| {p.slope:g} | {p.concurrency} | {p.engine} | {p.depth} | {p.tokens_per_s:.1f} | {p.p50_s:.2f} | "
+        f"{p.p99_s:.2f} | {p.speedup_vs_ar:.2f} | {'' if p.acceptance_rate is None else f'{p.acceptance_rate:.2f}'} |"
+        for p in points
+    ]
+    return head + "\n".join(rows) + "\n"
+
+
+def write_load_report(points: list[LoadPoint], out: Path) -> None:
+    """load.json, load.md, and load.png: speedup against concurrency, one line per method, one panel per slope."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "load.json").write_text(json.dumps({"points": [p.model_dump() for p in points]}, indent=2))
+    (out / "load.md").write_text(load_table(points))
+    slopes = sorted({p.slope for p in points})
+    fig, axes = plt.subplots(1, len(slopes), figsize=(4.5 * len(slopes), 3.8), squeeze=False)
+    for ax, slope in zip(axes[0], slopes):
+        methods = sorted({(p.engine, str(p.depth)) for p in points if p.slope == slope})
+        for engine, depth in methods:
+            series = sorted((p for p in points if p.slope == slope and p.engine == engine and str(p.depth) == depth),
+                            key=lambda p: p.concurrency)
+            label = "AR" if depth == "ar" else f"{engine} γ={depth}"
+            ax.plot([p.concurrency for p in series], [p.speedup_vs_ar for p in series], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_title(f"batch slope {slope:g}")
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel("speedup over AR (p50 latency)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "load.png", dpi=110)
+    plt.close(fig)
