@@ -16,17 +16,8 @@ from typing import Callable
 
 from pydantic import BaseModel
 
+from lookahead_reasoning.programs.prompts import CHOICE_INSTRUCTION, CODE_INSTRUCTION, REASONING_INSTRUCTION
 from lookahead_reasoning.runtime.errors import LookaheadError
-
-MATH_INSTRUCTION = "Please reason step by step, separating the steps with a blank line, and put your final answer within \\boxed{}."
-CHOICE_INSTRUCTION = (
-    "Please reason step by step, separating the steps with a blank line, and put the letter of the "
-    "correct choice (A, B, C or D) within \\boxed{}."
-)
-CODE_INSTRUCTION = (
-    "Think step by step, separating the steps with a blank line, then write the complete solution "
-    "in one ```python code block."
-)
 
 
 class Problem(BaseModel):
@@ -73,7 +64,7 @@ def _gsm8k(record: dict, index: int) -> Problem:
         answer = answer.rsplit("####", 1)[1].strip().replace(",", "")
     return Problem(
         id=_record_id(record, "gsm8k", index),
-        message=f"{_text(record, 'question')}\n\n{MATH_INSTRUCTION}",
+        message=f"{_text(record, 'question')}\n\n{REASONING_INSTRUCTION}",
         reference=answer,
         grader="number",
     )
@@ -83,7 +74,7 @@ def _math(prefix: str) -> Callable[[dict, int], Problem]:
     def convert(record: dict, index: int) -> Problem:
         return Problem(
             id=_record_id(record, prefix, index),
-            message=f"{_text(record, 'question', 'problem')}\n\n{MATH_INSTRUCTION}",
+            message=f"{_text(record, 'question', 'problem')}\n\n{REASONING_INSTRUCTION}",
             reference=str(record["answer"]),
             grader="math",
         )

@@ -5,6 +5,16 @@ REASONING_INSTRUCTION = (
     "and put your final answer within \\boxed{}."
 )
 
+# Benchmarks ask multiple-choice and coding questions with their own instruction (eval/datasets.py).
+CHOICE_INSTRUCTION = (
+    "Please reason step by step, separating the steps with a blank line, and put the letter of the "
+    "correct choice (A, B, C or D) within \\boxed{}."
+)
+CODE_INSTRUCTION = (
+    "Think step by step, separating the steps with a blank line, then write the complete solution "
+    "in one ```python code block."
+)
+
 # The judge's fixed instructions go first (as the system turn), so RadixAttention
 # caches them once and every judge call reuses them.
 JUDGE_INSTRUCTIONS = (
