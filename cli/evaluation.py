@@ -324,7 +324,7 @@ def bench(
     if not sim:
         raise LookaheadError("give --sim (scheduling grid), --load (speedup under load) or --serve (load check)")
     from lookahead_reasoning.eval.bench import Grid, alpha_shift_check, run_grid
-    from lookahead_reasoning.eval.bench_report import markdown_table, write_report
+    from lookahead_reasoning.eval.bench_report import bench_table, write_report
     from lookahead_reasoning.eval.simserver import LatencyModel
 
     grid = Grid.quick() if quick else Grid()
@@ -360,7 +360,7 @@ def bench(
             "alpha", "c", "depth", "width", "engine", "measured_speedup", "theory_speedup", "ratio",
             "overhead_ms_per_round", "prefix_hit_ratio"}) for p in points], **extra}))
     else:
-        print(markdown_table(points))
+        print(bench_table(points))
         if shift:
             print(f"α 0.9 → 0.2 halfway (c = 0.1): speedup fixed γ=4 {shift['fixed']:.2f}×, adaptive {shift['adaptive']:.2f}×")
 

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lookahead_reasoning.eval.report import markdown_table
+
 if TYPE_CHECKING:
     from lookahead_reasoning.eval.bench import BenchPoint
 
@@ -18,21 +20,23 @@ def write_report(points: list[BenchPoint], out: Path, extra: dict | None = None)
     out.mkdir(parents=True, exist_ok=True)
     payload = {"points": [p.model_dump() for p in points], **(extra or {})}
     (out / "bench.json").write_text(json.dumps(payload, indent=2))
-    (out / "bench.md").write_text(markdown_table(points))
+    (out / "bench.md").write_text(bench_table(points))
     _plots(points, out)
 
 
-def markdown_table(points: list[BenchPoint]) -> str:
-    head = "| α | c | γ | W | engine | measured | theory | ratio | overhead ms/round | prefix hit | realized α |\n"
-    head += "|---|---|---|---|---|---|---|---|---|---|---|\n"
-    rows = [
-        f"| {p.alpha} | {p.c} | {p.depth} | {p.width} | {p.engine} | {p.measured_speedup:.2f} | "
-        f"{p.theory_speedup:.2f} | {p.ratio:.2f} | {p.overhead_ms_per_round:.1f} | "
-        f"{'' if p.prefix_hit_ratio is None else f'{p.prefix_hit_ratio:.2f}'} | "
-        f"{'' if p.realized_alpha is None else f'{p.realized_alpha:.2f}'} |"
+def _f(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def bench_table(points: list[BenchPoint]) -> str:
+    headers = ["α", "c", "γ", "W", "engine", "measured", "theory", "ratio", "overhead ms/round", "prefix hit",
+               "realized α"]
+    return markdown_table(headers, [
+        [str(p.alpha), str(p.c), str(p.depth), str(p.width), p.engine, f"{p.measured_speedup:.2f}",
+         f"{p.theory_speedup:.2f}", f"{p.ratio:.2f}", f"{p.overhead_ms_per_round:.1f}", _f(p.prefix_hit_ratio),
+         _f(p.realized_alpha)]
         for p in points
-    ]
-    return head + "\n".join(rows) + "\n"
+    ])
 
 
 def _plots(points: list[BenchPoint], out: Path) -> None:

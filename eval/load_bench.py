@@ -25,6 +25,7 @@ from typing import Callable, Literal, Union
 from pydantic import BaseModel, Field, model_validator
 
 from lookahead_reasoning.eval.bench import questions
+from lookahead_reasoning.eval.report import markdown_table
 from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.errors import LookaheadError
@@ -143,14 +144,12 @@ def run_load_grid(grid: LoadGrid, latency: LatencyModel,
 
 
 def load_table(points: list[LoadPoint]) -> str:
-    head = "| slope | concurrency | engine | γ | tokens/s | p50 s | p99 s | speedup vs AR | α |\n"
-    head += "|---|---|---|---|---|---|---|---|---|\n"
-    rows = [
-        f"| {p.slope:g} | {p.concurrency} | {p.engine} | {p.depth} | {p.tokens_per_s:.1f} | {p.p50_s:.2f} | "
-        f"{p.p99_s:.2f} | {p.speedup_vs_ar:.2f} | {'' if p.acceptance_rate is None else f'{p.acceptance_rate:.2f}'} |"
+    headers = ["slope", "concurrency", "engine", "γ", "tokens/s", "p50 s", "p99 s", "speedup vs AR", "α"]
+    return markdown_table(headers, [
+        [f"{p.slope:g}", str(p.concurrency), p.engine, str(p.depth), f"{p.tokens_per_s:.1f}", f"{p.p50_s:.2f}",
+         f"{p.p99_s:.2f}", f"{p.speedup_vs_ar:.2f}", "" if p.acceptance_rate is None else f"{p.acceptance_rate:.2f}"]
         for p in points
-    ]
-    return head + "\n".join(rows) + "\n"
+    ])
 
 
 def write_load_report(points: list[LoadPoint], out: Path) -> None:

