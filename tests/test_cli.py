@@ -88,8 +88,8 @@ def test_launch_run_json_supervise_and_die_with_the_launcher(tmp_path):
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
     endpoints, log = tmp_path / "endpoints.json", tmp_path / "launch.log"
-    # the first restart waits 30 s: the run below starts while the draft is certainly down
-    launcher = _launch(endpoints, "tiny-draft", "tiny", log, "--restart-backoff", "30")
+    # the first restart waits 10 s, then the server takes far longer to load: the run below finishes before
+    launcher = _launch(endpoints, "tiny-draft", "tiny", log, "--restart-backoff", "10")
     servers = []
     try:
         _wait_for(endpoints.exists, launcher, log, "writing the endpoints file")
@@ -114,7 +114,7 @@ def test_launch_run_json_supervise_and_die_with_the_launcher(tmp_path):
         # degrade to target steps, and after the restart they draft again
         reasoner = LookaheadReasoner(load_endpoints(endpoints), LookaheadConfig(depth=2, max_tokens=64))
         os.killpg(servers[0], signal.SIGKILL)
-        _wait_for(lambda: "restarting in 30 s" in log.read_text(), launcher, log, "noticing the dead draft", 30)
+        _wait_for(lambda: "restarting in 10 s" in log.read_text(), launcher, log, "noticing the dead draft", 30)
         restarting = lambda: json.loads(endpoints.read_text())["restarting"]  # noqa: E731
         _wait_for(lambda: restarting() == ["draft"], launcher, log, "the endpoints file naming the restart", 10)
         degraded = reasoner.run("What is two and three?")
