@@ -137,3 +137,23 @@ def test_costs_are_saved_per_server_set_and_a_bad_file_starts_afresh(tmp_path):
     assert load_costs("servers A", path=path).observations == 0
     save_costs("servers A", model, path)  # overwrites the unreadable file
     assert load_costs("servers A", path=path).ready
+
+
+def test_the_demo_says_what_it_measured_decided_and_projects(capsys):
+    from rich.console import Console
+
+    from lookahead_reasoning.runtime.display import describe_costs, print_cost_story
+    from lookahead_reasoning.runtime.results import LookaheadResult, RunStats
+
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    _learn(policy, float, rounds=40)  # a CPU: B(n) = n
+    estimate = policy.cost_estimate()
+    result = LookaheadResult(text="", answer=None, steps=[], round_log=[],
+                             stats=RunStats(acceptance_rate=1.0, cost_model=estimate))
+    print_cost_story(Console(width=200), result)
+    out = capsys.readouterr().out
+    assert "B(3) = 3.00" in out and "c = 0.10" in out and "α = 1.00" in out
+    assert "branches cost up to 5.0× one step here, so LR would lose: running as AR" in out
+    assert "projection (theory, not a measurement)" in out
+    assert "γ = 0" not in out.split("projection")[1]  # at free branches the same α drafts
+    assert describe_costs(estimate).endswith("→ AR, expected 1.00× AR")
