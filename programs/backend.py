@@ -51,7 +51,7 @@ class LookaheadEndpoint(RuntimeEndpoint):
         self._session.mount("https://", requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=256))
         # (start, end) perf_counter times of every request, when a benchmark asks for them
         self.request_log: list[tuple[float, float]] | None = None
-        self.model_info = self._request("GET", "/model_info")
+        self.model_info = self._model_info()
         self.chat_template = (
             get_chat_template(chat_template)
             if chat_template
@@ -76,6 +76,15 @@ class LookaheadEndpoint(RuntimeEndpoint):
             return res.json()
         except ValueError:
             raise BackendError(f"{url} answered with something that is not JSON") from None
+
+    def _model_info(self) -> dict:
+        """`/model_info`, or its older name `/get_model_info` on servers that predate it."""
+        try:
+            return self._request("GET", "/model_info")
+        except BackendError as error:
+            if "HTTP 404" not in str(error):
+                raise
+            return self._request("GET", "/get_model_info")
 
     def _request_seed(self, text: str) -> int:
         """Seed + (prompt, how many times this prompt was sampled): parallel samples of one
