@@ -35,6 +35,7 @@ def launch(
     grammar_backend: str = typer.Option("outlines", help="grammar backend of the judge's server (outlines or xgrammar)"),
     max_restarts: int = typer.Option(3, min=0, help="restarts of one dead server before the launcher gives up on it"),
     restart_backoff: float = typer.Option(2.0, min=0.0, help="seconds before the first restart; doubled for each next one"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the exact server commands and start nothing"),
 ):
     """Start SGLang servers for the three roles and supervise them; stop them with Ctrl-C or `lookahead stop`.
 
@@ -52,6 +53,9 @@ def launch(
         max_total_tokens=max_total_tokens, grammar_backend=grammar_backend, max_restarts=max_restarts,
         restart_backoff_s=restart_backoff, log=lambda m: err.print(m, highlight=False, soft_wrap=True),
     )
+    if dry_run:
+        print("\n".join(group.dry_run()))
+        return
     stopping = {"flag": False}
 
     def on_signal(signum, frame):

@@ -68,8 +68,13 @@ def resolve_model(model: str, log: Callable[[str], None]) -> tuple[str, str | No
     if model in offline_models.MODEL_NAMES:
         log(f"preparing offline model {model}")
         return str(offline_models.prepare(model, log=log)), offline_models.chat_template_for(model)
+    return resolve_path(model), None
+
+
+def resolve_path(model: str) -> str:
+    """A model folder as an absolute path; a Hugging Face id as it is."""
     path = Path(model).expanduser()
-    return (str(path.resolve()), None) if path.exists() else (model, None)
+    return str(path.resolve()) if path.exists() else model
 
 
 def detect_device() -> str:
@@ -197,6 +202,19 @@ class ServerGroup:
                 "--max-total-tokens", str(self.max_total_tokens),
             ]
         return cmd + spec.extra_args
+
+    def dry_run(self) -> list[str]:
+        """The exact commands `start` would run (ports chosen now where none were given), nothing started."""
+        lines = []
+        for spec in self.specs:
+            model_path = (str(offline_models.folder_of(spec.model)) if spec.model in offline_models.MODEL_NAMES
+                          else resolve_path(spec.model))
+            port = spec.port or free_port()
+            env = "SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=" + shlex.quote(str(_cpu_stub_dir())) + " " \
+                if self.device == "cpu" else ""
+            command = self.command(ServerSpec(spec.model, spec.roles, spec.extra_args, port, model_path), port)
+            lines.append(f"# {'+'.join(spec.roles)} server ({spec.model})\n{env}{shlex.join(command)}")
+        return lines
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -99,11 +99,16 @@ def cache_root() -> Path:
     return cache_dir() / "models"
 
 
-def prepare(name: str, log=print) -> Path:
-    """Build (once) and return the folder of an offline model."""
+def folder_of(name: str) -> Path:
+    """Where the offline model `name` is (or will be) built."""
     if name not in MODEL_NAMES:
         raise LookaheadError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
-    folder = cache_root() / (name if name in TINY_SCRIPTS else GGUF_MODELS[name].name)
+    return cache_root() / (name if name in TINY_SCRIPTS else GGUF_MODELS[name].name)
+
+
+def prepare(name: str, log=print) -> Path:
+    """Build (once) and return the folder of an offline model."""
+    folder = folder_of(name)
     if (folder / "config.json").exists() and (folder / ".complete").exists():
         return folder
     tmp = folder.with_name(folder.name + ".partial")

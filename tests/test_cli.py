@@ -228,3 +228,18 @@ def test_bench_sim_json_and_report(capsys, tmp_path):
     assert {p["depth"] for p in points} == {1, "adaptive"}
     assert (tmp_path / "bench.json").exists() and (tmp_path / "bench.md").exists()
     assert list(tmp_path.glob("speedup_*.png"))
+
+
+def test_launch_dry_run_prints_the_exact_commands_and_starts_nothing(capsys):
+    out = invoke(capsys, "launch", "--draft", "Qwen/Qwen2.5-0.5B-Instruct", "--target", "Qwen/Qwen2.5-32B-Instruct",
+                 "--device", "cuda", "--ports", "30000,30001", "--target-server-args",
+                 "--tp 4 --speculative-algorithm NGRAM", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "# target+judge server (Qwen/Qwen2.5-32B-Instruct)"
+    assert lines[1].endswith("-m sglang.launch_server --model-path Qwen/Qwen2.5-32B-Instruct --host 127.0.0.1 "
+                             "--port 30000 --grammar-backend outlines --tp 4 --speculative-algorithm NGRAM")
+    assert lines[2] == "# draft server (Qwen/Qwen2.5-0.5B-Instruct)"
+    assert lines[3].endswith("--model-path Qwen/Qwen2.5-0.5B-Instruct --host 127.0.0.1 --port 30001")
+    cpu = invoke(capsys, "launch", "--draft", "tiny-draft", "--target", "tiny", "--device", "cpu", "--dry-run")
+    assert "SGLANG_USE_CPU_ENGINE=1" in cpu.stdout and "--device cpu --dtype float32" in cpu.stdout
