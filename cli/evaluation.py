@@ -56,7 +56,8 @@ def describe_verifier(server_set: Endpoints, config: LookaheadConfig) -> str:
     return f"verifier {config.verifier}, threshold {value:.3f} ({source})"
 
 
-def run_with_progress(problems, methods, endpoints, out, settings, samples, label: str, grade_answers: bool = True):
+def run_with_progress(problems, methods, endpoints, out, settings, samples, label: str, grade_answers: bool = True,
+                      unsafe_no_sandbox: bool = False):
     from lookahead_reasoning.eval.runner import run_eval
 
     with progress_bar() as bar:
@@ -74,7 +75,7 @@ def run_with_progress(problems, methods, endpoints, out, settings, samples, labe
                           f"{record.output_tokens} tokens", highlight=False)
 
         return run_eval(problems, methods, endpoints, out, settings, samples, progress=advance,
-                        grade_answers=grade_answers)
+                        grade_answers=grade_answers, unsafe_no_sandbox=unsafe_no_sandbox)
 
 
 def eval_command(
@@ -98,6 +99,9 @@ def eval_command(
     temperature: Temperature = 0.0,
     seed: Optional[int] = typer.Option(None, help="sampling seed (sample k uses seed + k)"),
     timeout: Timeout = 300.0,
+    unsafe_no_sandbox: bool = typer.Option(
+        False, "--unsafe-no-sandbox",
+        help="grade code answers without bubblewrap isolation (an audit hook and rlimits only): only where bwrap cannot run"),
 ):
     """Evaluate methods on a benchmark: accuracy, acceptance, speedup against AR, tokens/s."""
     from lookahead_reasoning.eval.datasets import dataset_spec, load_problems
@@ -121,7 +125,11 @@ def eval_command(
                 "config": config.model_dump(exclude={"request_timeout_s"})}
     settings["models"] = served_models(server_set)  # a resume against other models is refused
     verifier_note = describe_verifier(server_set, config)
-    records = run_with_progress(problems, method_specs, server_set, out, settings, samples, dataset)
+    if unsafe_no_sandbox:
+        err.print("warning: --unsafe-no-sandbox: model-written code runs without isolation, "
+                  "behind an audit hook and rlimits only", highlight=False)
+    records = run_with_progress(problems, method_specs, server_set, out, settings, samples, dataset,
+                                unsafe_no_sandbox=unsafe_no_sandbox)
     title = f"{dataset}: {len(problems)} problems × {samples} sample(s)"
     notes = [f"γ = {depth}, W = {width}, {verifier_note}, max_tokens {max_tokens}"] + ([spec.note] if spec.note else [])
     summaries = write_report(records, [m.name for m in method_specs], out, title, notes)
@@ -308,7 +316,8 @@ def bench(
     widths: Optional[str] = typer.Option(None, help="W values, e.g. 1,2,4"),
     engines: Optional[str] = typer.Option(None, help="sync,async"),
     problems: int = typer.Option(2, help="simulated problems per point"),
-    target_ms: float = typer.Option(20.0, help="simulated target decode time per token (ms); judge half, draft c times"),
+    target_ms: Optional[float] = typer.Option(
+        None, help="simulated target decode time per token in ms (default 20; 5 with --load); judge half, draft c times"),
     alpha_shift: bool = typer.Option(True, help="also compare adaptive and fixed γ when α drops halfway"),
     as_json: AsJson = False,
     out: Optional[Path] = typer.Option(None, help="write bench.json, bench.md and PNG plots here"),
@@ -319,7 +328,7 @@ def bench(
         _bench_serve(url, requests_n, concurrency, max_concurrent, queue_timeout, time_limit, api_key, as_json)
         return
     if load:
-        _bench_load(quick, slopes, concurrencies, depths, engines, target_ms, as_json, out)
+        _bench_load(quick, slopes, concurrencies, depths, engines, target_ms or 5.0, as_json, out)
         return
     if not sim:
         raise LookaheadError("give --sim (scheduling grid), --load (speedup under load) or --serve (load check)")
@@ -340,6 +349,7 @@ def bench(
     if depths:
         overrides["depths"] = [d.strip() for d in depths.split(",")]
     grid = validated(Grid, **{**grid.model_dump(), **overrides})
+    target_ms = target_ms or 20.0
     latency = validated(LatencyModel, problems=problems, target_decode_ms=target_ms, judge_decode_ms=target_ms / 2)
     total = len(grid.alphas) * len(grid.cs) * len(grid.depths) * len(grid.engines) * len(grid.widths)
     from rich.progress import Progress

@@ -4,7 +4,8 @@
   (math-verify over sympy), so `\\frac{1}{2}` = `0.5` and `x=3` = `3`;
 - number (GSM8K): the boxed answer, or else the last number in the text, compared as a number;
 - choice (GPQA): the letter in the box, or after "answer is";
-- code (HumanEval): the last Python code block run against the tests in the sandbox;
+- code (HumanEval): the last Python code block run against the tests in the sandbox (bubblewrap);
+  right only if it exits 0 and its last line of output is a per-run token printed after the tests;
 - none (LiveCodeBench here): nothing to grade against;
 - judge-score (MT-Bench): a judge model's 1-10 score, given by the caller.
 """
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import re
+import secrets
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -124,20 +126,29 @@ def humaneval_program(prompt: str, code: str, test: str, entry_point: str) -> st
     return f"{solution}\n\n{test}\n\ncheck({entry_point})\n"
 
 
-def grade_code(problem: Problem, text: str, timeout_s: float = 10.0) -> Grade:
+def grade_code(problem: Problem, text: str, timeout_s: float = 10.0, unsafe_no_sandbox: bool = False) -> Grade:
+    """Right only if the program exits 0 AND its last line is a fresh token printed after `check(...)`:
+    code that exits early (`os._exit(0)`, `sys.exit(0)`) before the asserts ran is wrong."""
     code = extract_code(text)
     if code is None:
         return Grade(False, None, detail="no code block")
     extra = problem.extra
+    token = secrets.token_hex(16)
     program = humaneval_program(extra["prompt"], code, extra["test"], extra["entry_point"])
-    result = run_python(program, timeout_s=timeout_s)
-    return Grade(result.passed, code, detail=result.status if result.passed else f"{result.status}: {result.output[-300:]}")
+    program += f"\nprint('\\n' + {token!r}, flush=True)\n"
+    result = run_python(program, timeout_s=timeout_s, unsafe_no_sandbox=unsafe_no_sandbox)
+    lines = [line for line in result.stdout.splitlines() if line.strip()]
+    finished = bool(lines) and lines[-1].strip() == token
+    if result.passed and finished:
+        return Grade(True, code, detail="passed")
+    status = "failed: exited before the tests finished" if result.passed else result.status
+    return Grade(False, code, detail=f"{status}: {result.output.replace(token, '')[-300:]}")
 
 
 Scorer = Callable[[str, str, str | None], float | None]  # (question, answer, reference) -> 1..10
 
 
-def grade(problem: Problem, text: str, scorer: Scorer | None = None) -> Grade:
+def grade(problem: Problem, text: str, scorer: Scorer | None = None, unsafe_no_sandbox: bool = False) -> Grade:
     if problem.grader == "math":
         return grade_math(problem.reference or "", text)
     if problem.grader == "number":
@@ -145,7 +156,7 @@ def grade(problem: Problem, text: str, scorer: Scorer | None = None) -> Grade:
     if problem.grader == "choice":
         return grade_choice(problem.reference or "", text)
     if problem.grader == "code":
-        return grade_code(problem, text)
+        return grade_code(problem, text, unsafe_no_sandbox=unsafe_no_sandbox)
     if problem.grader == "judge-score":
         if scorer is None:
             return Grade(None, None, detail="no judge to score with")

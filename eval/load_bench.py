@@ -4,7 +4,7 @@ Load is two things at once here. `batch_slope` says what parallel requests cost 
 (0: a batch costs one request, an idle GPU; 1: linear, a CPU or a saturated GPU), and
 `concurrency` is how many requests run at once. Every method at a point runs the same
 requests on the same servers: `concurrency` threads, each taking requests until
-`requests_per_point` are done. The lookahead methods of one point share one engine
+max(`min_requests`, `concurrency`) are done. The lookahead methods of one point share one engine
 configuration and, for the adaptive policy, one policy and cost model, as the requests
 of `lookahead serve` do.
 
@@ -40,7 +40,7 @@ class LoadGrid(BaseModel):
     engines: list[Literal["sync", "async"]] = ["sync", "async"]
     alpha: float = Field(0.7, gt=0.0, lt=1.0)
     c: float = Field(0.1, gt=0.0)
-    min_requests: int = Field(8, ge=1, description="requests per point at least (more when concurrency is higher)")
+    min_requests: int = Field(6, ge=1, description="requests per point: this many, or the concurrency if higher")
 
     @model_validator(mode="after")
     def _valid(self):
@@ -115,7 +115,7 @@ def run_load_grid(grid: LoadGrid, latency: LatencyModel,
         for slope in grid.slopes:
             cluster.configure(grid.alpha, grid.c, batch_slope=slope)
             for concurrency in grid.concurrency:
-                count = max(grid.min_requests, 2 * concurrency)
+                count = max(grid.min_requests, concurrency)
                 problems = questions(latency.model_copy(update={"problems": count}))
                 ar_p50 = None
                 for engine in grid.engines:

@@ -16,6 +16,7 @@ from typing import Callable, Literal
 from lookahead_reasoning.eval.datasets import Problem
 from lookahead_reasoning.eval.graders import Grade, grade
 from lookahead_reasoning.eval.records import EvalRecord, ResultStore, pin_settings
+from lookahead_reasoning.eval.sandbox import SandboxUnavailable, require_sandbox
 from lookahead_reasoning.programs.roles import SGLangStepModels, render_conversation, score_answer_on
 from lookahead_reasoning.runtime.baseline import continue_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
@@ -116,10 +117,12 @@ def judge_scorer(backend) -> Callable:
     return score
 
 
-def safe_grade(problem: Problem, text: str, scorer) -> Grade:
-    """A grader that fails marks the answer wrong and says why; the run goes on."""
+def safe_grade(problem: Problem, text: str, scorer, unsafe_no_sandbox: bool = False) -> Grade:
+    """A grader that fails marks the answer wrong and says why; the run goes on (not without a sandbox)."""
     try:
-        return grade(problem, text, scorer)
+        return grade(problem, text, scorer, unsafe_no_sandbox=unsafe_no_sandbox)
+    except SandboxUnavailable:
+        raise
     except Exception as error:
         return Grade(False if problem.grader != "none" else None, None, detail=f"grading failed: {first_line(error)}")
 
@@ -133,13 +136,17 @@ def run_eval(
     samples: int = 1,
     progress: Callable[[EvalRecord | None, int, int], None] | None = None,
     grade_answers: bool = True,
+    unsafe_no_sandbox: bool = False,
 ) -> list[EvalRecord]:
     """Run what results.jsonl in `out` lacks; return every record of these problems and methods.
 
-    Without `grade_answers` (simulated servers write synthetic text) nothing is graded.
+    Without `grade_answers` (simulated servers write synthetic text) nothing is graded. Code answers
+    run in bubblewrap; where it cannot run this refuses before any model runs, unless `unsafe_no_sandbox`.
     """
     if samples < 1:
         raise LookaheadError("--samples must be >= 1")
+    if grade_answers and not unsafe_no_sandbox and any(p.grader == "code" for p in problems):
+        require_sandbox()
     pin_settings(out / "eval.json", {**settings, "methods": [m.name for m in methods]})
     store = ResultStore(out / "results.jsonl")
     done = store.load()
@@ -162,7 +169,8 @@ def run_eval(
             fields = runners[method.name].run(problem, sample)
         except LookaheadError as error:
             raise LookaheadError(f"{problem.id} ({method.name}, sample {sample}): {error}") from None
-        verdict = safe_grade(problem, fields["text"], scorer) if grade_answers else Grade(None, None, detail="not graded")
+        verdict = (safe_grade(problem, fields["text"], scorer, unsafe_no_sandbox) if grade_answers
+                   else Grade(None, None, detail="not graded"))
         record = EvalRecord(
             problem_id=problem.id, method=method.name, sample=sample, correct=verdict.correct, score=verdict.score,
             extracted=verdict.extracted, reference=problem.reference, grade_detail=verdict.detail, **fields,

@@ -43,6 +43,10 @@ def depth_limit(max_depth: int, width: int) -> int:
 
 
 class DepthPolicy(Protocol):
+    def run_started(self) -> None: ...
+
+    def run_finished(self) -> None: ...
+
     def next_depth(self) -> int: ...
 
     def peek_depth(self) -> int: ...
@@ -55,6 +59,12 @@ class DepthPolicy(Protocol):
 class FixedDepth:
     def __init__(self, depth: int):
         self.depth = depth
+
+    def run_started(self) -> None:
+        pass
+
+    def run_finished(self) -> None:
+        pass
 
     def next_depth(self) -> int:
         return self.depth
@@ -85,6 +95,22 @@ class AdaptiveDepth:
         self.accepted = 0.0
         self.rejected = 0.0
         self.ar_rounds = 0  # AR rounds since the last probe
+        self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
+        self.mean_branches = 1.0  # target requests per round, forgetting: what another run has in flight
+
+    def run_started(self) -> None:
+        with self._lock:
+            self.active_runs += 1
+
+    def run_finished(self) -> None:
+        with self._lock:
+            self.active_runs = max(0, self.active_runs - 1)
+
+    def _concurrency(self) -> int:
+        return max(1, self.active_runs)
+
+    def _branch_cost(self, n: int) -> float:
+        return self.costs.branch_cost(n, self._concurrency())
 
     @property
     def alpha(self) -> float:
@@ -99,13 +125,13 @@ class AdaptiveDepth:
         if c is None or not self.costs.ready:
             return self.initial, math.nan
         alpha = min(self.alpha, 0.999)
-        judge = self.costs.judge_cost(self.max_depth)  # j grows with γ; plan with its largest value, then refine
+        load = self._concurrency()
+        judge = self.costs.judge_cost(self.max_depth, load)  # j grows with γ: plan with its largest value, refine
         depth, speedup = best_depth(self.mode, alpha, max(c, 1e-3), judge, self.max_depth, self.width,
-                                    self.costs.branch_cost, self.max_nodes)
+                                    self._branch_cost, self.max_nodes)
         if depth:
-            refined = best_depth(self.mode, alpha, max(c, 1e-3), self.costs.judge_cost(depth), self.max_depth,
-                                 self.width, self.costs.branch_cost, self.max_nodes)
-            depth, speedup = refined
+            depth, speedup = best_depth(self.mode, alpha, max(c, 1e-3), self.costs.judge_cost(depth, load),
+                                        self.max_depth, self.width, self._branch_cost, self.max_nodes)
         return depth, speedup
 
     def probe_spacing(self) -> int:
@@ -113,8 +139,9 @@ class AdaptiveDepth:
         c = self.costs.c()
         if c is None:
             return PROBE_SPACING[0]
-        speedup = engine_speedup(self.mode, 1, min(self.alpha, 0.999), max(c, 1e-3), self.costs.judge_cost(1),
-                                 self.width, self.costs.branch_cost, self.max_nodes)
+        speedup = engine_speedup(self.mode, 1, min(self.alpha, 0.999), max(c, 1e-3),
+                                 self.costs.judge_cost(1, self._concurrency()), self.width, self._branch_cost,
+                                 self.max_nodes)
         loss = max(0.0, 1.0 / speedup - 1.0)  # extra time of a γ = 1 round over an AR round, in AR rounds
         return min(PROBE_SPACING[1], max(PROBE_SPACING[0], math.ceil(loss / PROBE_BUDGET)))
 
@@ -133,7 +160,11 @@ class AdaptiveDepth:
             return depth
 
     def observe(self, record: RoundRecord, drafted_levels: int) -> None:
-        self.costs.observe_target(record.branches, record.target_s, record.target_tokens)
+        with self._lock:
+            others = (self.active_runs - 1) * self.mean_branches if self.active_runs > 1 else 0.0
+            if record.branches:
+                self.mean_branches = 0.9 * self.mean_branches + 0.1 * record.branches
+        self.costs.observe_target(record.branches, record.target_s, record.target_tokens, others)
         self.costs.observe_draft(record.draft_s, record.draft_tokens)
         if record.judged:
             pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)
@@ -145,7 +176,7 @@ class AdaptiveDepth:
             self.rejected = self.forget * self.rejected + (record.positions - record.accepted)
 
     def cost_estimate(self) -> CostEstimate | None:
-        estimate = self.costs.estimate()
+        estimate = self.costs.estimate(self._concurrency())
         with self._lock:
             depth, speedup = self._plan()
             return estimate.model_copy(update={

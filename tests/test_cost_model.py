@@ -24,22 +24,35 @@ def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0)
 
 
 def test_estimates_from_scripted_timings():
-    model = CostModel(forget=1.0)  # no forgetting: plain means, to check by hand
-    model.observe_target(1, 1.0, 20)  # 0.05 s/token alone
-    model.observe_target(3, 2.9, 20)  # B(3) = 2.9: slope 0.95
-    model.observe_target(5, 3.4, 20)  # B(5) = 3.4: slope 0.6
+    model = CostModel(forget=1.0)  # no forgetting: plain least squares, to check by hand
+    per_token = lambda active: 0.05 * (1 + 0.7 * (active - 1))  # noqa: E731  t₁ = 0.05 s, s = 0.7
+    model.observe_target(1, 20 * per_token(1), 20)  # a lone step
+    model.observe_target(3, 20 * per_token(3), 20)  # a fork of 3
+    model.observe_target(1, 20 * per_token(5), 20, others=4)  # a lone step while other runs had 4 in flight
     model.observe_draft(0.76, 40)  # 0.019 s/token: c = 0.38
     model.observe_judge(2, 0.5)
-    slope = (0.95 + 0.6) / 2  # one line through every fork seen
-    assert model.branch_cost(1) == 1.0
-    assert model.branch_cost(3) == pytest.approx(1 + 2 * slope)
-    assert model.branch_cost(9) == pytest.approx(1 + 8 * slope)
+    assert model.branch_cost(1) == pytest.approx(1.0)
+    assert model.branch_cost(3) == pytest.approx(1 + 0.7 * 2)  # one run: B(n) = 1 + s(n - 1)
+    assert model.branch_cost(3, concurrency=4) == pytest.approx((1 + 0.7 * 11) / (1 + 0.7 * 3))  # t(C·n) / t(C)
     assert model.c() == pytest.approx(0.38)
     # j(n) = judge seconds per round / one target step (20 tokens × 0.05 s = 1 s); a judge fork of 2 pairs cost B(2)
     assert model.judge_cost(4) == pytest.approx(0.5 / model.branch_cost(2) * model.branch_cost(4))
     estimate = model.estimate()
-    assert estimate.branch_slope == pytest.approx(slope) and estimate.c == pytest.approx(0.38)
-    assert estimate.branch_cost[3] == pytest.approx(1 + 2 * slope, abs=1e-3)
+    assert estimate.branch_slope == pytest.approx(0.7) and estimate.c == pytest.approx(0.38)
+    assert estimate.target_s_per_token == pytest.approx(0.05)
+    assert estimate.branch_cost[3] == pytest.approx(2.4, abs=1e-3) and estimate.j == pytest.approx(0.5 / 1.7)
+
+
+def test_under_load_branches_stop_being_free():
+    model = CostModel()
+    model.observe_target(1, 1.0, 20)
+    model.observe_target(3, 1.0, 20)  # a GPU that batches freely: s = 0
+    assert model.branch_cost(3, concurrency=64) == pytest.approx(1.0)
+    slow = CostModel()
+    slow.observe_target(1, 1.0, 20)
+    slow.observe_target(3, 1.5, 20)  # s = 0.25: cheap for one run...
+    assert slow.branch_cost(3) == pytest.approx(1.5)
+    assert slow.branch_cost(3, concurrency=64) > 2.9  # ...but at 64 concurrent runs nearly linear
 
 
 def test_estimates_forget_so_they_follow_a_change_in_load():

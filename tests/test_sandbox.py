@@ -1,70 +1,407 @@
-"""The sandbox stops model-written code that reaches out, writes outside its scratch directory or runs forever."""
+"""The HumanEval sandbox: model-written code graded through the real path cannot reach out.
 
+Every escape attempt is a "solution" graded by `grade_code`. It must grade as failed AND leave
+no trace outside: the test checks the effect itself (a canary file, a listener, a process it
+started, its own environment, /proc). The attempts run twice: with the audit hook inside
+(the real configuration) and with it off, so the bubblewrap boundary is shown to hold alone.
+Where an attempt could fail for a dull reason (a typo, a missing tool), a control runs the same
+route against the sandbox's own scratch directory and must pass: the route works, the
+boundary is what stops it.
+"""
+
+import os
+import resource
+import shutil
 import socket
+import stat
+import subprocess
 import textwrap
-import threading
 import time
+import uuid
+from pathlib import Path
 
+import pytest
+from lookahead_reasoning.eval import sandbox
 from lookahead_reasoning.eval.datasets import Problem
-from lookahead_reasoning.eval.graders import grade
-from lookahead_reasoning.eval.sandbox import run_python
+from lookahead_reasoning.eval.graders import grade, grade_code
+from lookahead_reasoning.eval.sandbox import SandboxUnavailable, run_python
+from lookahead_reasoning.runtime.errors import LookaheadError
+
+
+@pytest.fixture(autouse=True)
+def bwrap_runs(request):
+    """Tests of the boundary need bubblewrap; those that fake its absence (`no_bwrap`) do not."""
+    if "no_bwrap" not in request.fixturenames:
+        ok, why = sandbox.sandbox_available()
+        if not ok:
+            pytest.skip(f"bubblewrap cannot run here: {why}")
+
+
+IDENTITY = Problem(
+    id="HumanEval/identity", message="m", grader="code",
+    extra={"prompt": "def f(x):\n", "test": "def check(c):\n    assert c(1) == 1\n    assert c(7) == 7\n", "entry_point": "f"},
+)
+RIGHT = "def f(x):\n    return x\n"
+
+
+def solution(body: str) -> str:
+    """A model answer: `body` at module level, then a correct f (so only `body` can make it fail)."""
+    return f"```python\nimport os, sys, signal\n{textwrap.dedent(body)}\n{RIGHT}```"
+
+
+def graded(body: str, timeout_s: float = 10.0, **kwargs):
+    return grade_code(IDENTITY, solution(body), timeout_s=timeout_s, **kwargs)
+
+
+@pytest.fixture(params=["hook+bwrap", "bwrap-only"])
+def layers(request, monkeypatch):
+    monkeypatch.setattr(sandbox, "AUDIT_HOOK", request.param == "hook+bwrap")
+    return request.param
+
+
+@pytest.fixture
+def outside(tmp_path):
+    """A host directory the sandbox must not change: one it sees read-only where the test can
+    make one (under the interpreter's prefix, which is bound in), else one it cannot see."""
+    _, roots = sandbox._interpreter()
+    for root in [*roots, "/usr/local/share"]:
+        if os.path.isdir(root) and os.access(root, os.W_OK):
+            made = Path(root) / f"lookahead-canary-{uuid.uuid4().hex[:12]}"
+            made.mkdir()
+            try:
+                yield made
+            finally:
+                shutil.rmtree(made, ignore_errors=True)
+            return
+    yield tmp_path
+
+
+# --- process creation and writes, by every route ---------------------------------------------------
+
+# Each body makes `{target}` exist (or, for unlink/rename, disappear) and fails loudly when it cannot.
+SPAWN_ROUTES = {
+    "subprocess": """
+        import subprocess
+        subprocess.run(["/bin/sh", "-c", "touch {target}"], check=True)
+    """,
+    "os.system": """
+        assert os.system("touch {target}") == 0
+    """,
+    "fork+exec": """
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.execv("/bin/sh", ["sh", "-c", "touch {target}"])
+            finally:
+                os._exit(127)
+        assert os.waitpid(pid, 0)[1] == 0
+    """,
+    "_posixsubprocess.fork_exec": """
+        import _posixsubprocess
+        r, w = os.pipe()
+        pid = _posixsubprocess.fork_exec([b"/bin/sh", b"-c", b"touch {target}"], [b"/bin/sh"], True, (w,), None, None,
+                                         -1, -1, -1, -1, -1, -1, r, w, False, False, -1, None, None, None, -1, None, False)
+        os.close(w)
+        assert os.waitpid(pid, 0)[1] == 0
+    """,
+    "multiprocessing spawn": """
+        import multiprocessing
+        process = multiprocessing.get_context("spawn").Process(target=os.system, args=("touch {target}",))
+        process.start()
+        process.join()
+        assert process.exitcode == 0 and os.path.exists("{target}")
+    """,
+    "ctypes libc system": """
+        import ctypes
+        assert ctypes.CDLL(None).system(b"touch {target}") == 0
+    """,
+    "cffi libc system": """
+        import cffi
+        ffi = cffi.FFI()
+        ffi.cdef("int system(const char *command);")
+        assert ffi.dlopen(None).system(b"touch {target}") == 0
+    """,
+}
+
+WRITE_ROUTES = {
+    "open": """
+        open("{target}", "w").write("escaped")
+    """,
+    "dir_fd/openat": """
+        directory = os.open(os.path.dirname("{target}"), os.O_RDONLY | os.O_DIRECTORY)
+        os.close(os.open(os.path.basename("{target}"), os.O_CREAT | os.O_WRONLY, dir_fd=directory))
+    """,
+    "mkfifo": """
+        os.mkfifo("{target}")
+    """,
+    "sqlite3": """
+        import sqlite3
+        connection = sqlite3.connect("{target}")
+        connection.execute("create table t (x)")
+        connection.commit()
+    """,
+}
+
+REMOVE_ROUTES = {
+    "unlink": """
+        os.unlink("{target}")
+    """,
+    "rename": """
+        os.rename("{target}", "{target}.moved")
+        assert not os.path.exists("{target}")
+    """,
+}
+
+
+def _needs(route: str) -> None:
+    if route.startswith("cffi"):
+        pytest.importorskip("cffi", reason="cffi is not installed")
+
+
+@pytest.mark.parametrize("route", [*SPAWN_ROUTES, *WRITE_ROUTES])
+def test_no_route_creates_anything_outside_the_scratch_directory(route, layers, outside):
+    _needs(route)
+    body = {**SPAWN_ROUTES, **WRITE_ROUTES}[route]
+    canary = outside / f"canary-{uuid.uuid4().hex[:8]}"
+    result = graded(body.format(target=canary))
+    assert result.correct is False, result.detail
+    assert not os.path.lexists(canary)
+    assert list(outside.iterdir()) == []
+    if layers == "bwrap-only":  # the route itself works: inside the scratch directory it passes
+        control = graded(body.format(target=f"/tmp/control-{uuid.uuid4().hex[:8]}"))
+        assert control.correct is True, control.detail
+
+
+@pytest.mark.parametrize("route", list(REMOVE_ROUTES))
+def test_no_route_deletes_or_moves_a_file_outside(route, layers, outside):
+    canary = outside / "keep.txt"
+    canary.write_text("keep")
+    result = graded(REMOVE_ROUTES[route].format(target=canary))
+    assert result.correct is False, result.detail
+    assert canary.read_text() == "keep" and sorted(p.name for p in outside.iterdir()) == ["keep.txt"]
+    if layers == "bwrap-only":
+        inside = "/tmp/keep.txt"
+        control = graded(f"open({inside!r}, 'w').close()\n" + textwrap.dedent(REMOVE_ROUTES[route]).format(target=inside))
+        assert control.correct is True, control.detail
+
+
+def test_the_host_tree_is_not_even_visible(tmp_path, layers):
+    (tmp_path / "secret.txt").write_text("host data")
+    project = Path(__file__).resolve().parents[1]
+    result = graded(f"""
+        for path in ({str(tmp_path / 'secret.txt')!r}, {str(project / 'pyproject.toml')!r}, "/root/.bash_history"):
+            assert not os.path.exists(path), path
+        raise SystemExit("nothing of the host's tree is here")
+    """)
+    assert result.correct is False and "nothing of the host" in result.detail
+
+
+# --- switching the audit hook off does not open the boundary -----------------------------------------
+
+GC_SWAP = """
+    import gc
+    def replacement(freevars):
+        names = list(freevars) or ["unused"]
+        source = "def outer():\\n" + "".join(f"    {{n}} = None\\n" for n in names)
+        source += "    def g(*a):\\n        (" + ", ".join(names) + ",)\\n        return True\\n    return g\\n"
+        scope = {{}}
+        exec(source, scope)
+        return scope["outer"]().__code__
+    for thing in gc.get_objects():
+        if callable(thing) and getattr(thing, "__name__", "") in ("guard", "_guard", "inside", "_inside"):
+            code = getattr(thing, "__code__", None)
+            if code is not None:
+                thing.__code__ = replacement(code.co_freevars) if code.co_freevars else (lambda *a: True).__code__
+    import subprocess
+    subprocess.run(["/bin/sh", "-c", "touch {target}"], check=True)
+"""
+
+REBIND = """
+    import __main__
+    for name in ("_inside", "_guard"):
+        setattr(__main__, name, lambda *a: True)
+        globals()[name] = lambda *a: True
+    open("{target}", "w").write("escaped")
+"""
+
+
+@pytest.mark.parametrize("attack", ["gc code swap", "helper rebinding"])
+def test_switching_the_audit_hook_off_does_not_open_the_boundary(attack, outside):
+    body = GC_SWAP if attack == "gc code swap" else REBIND
+    canary = outside / "canary"
+    result = graded(body.format(target=canary))
+    assert result.correct is False, result.detail
+    assert not os.path.lexists(canary)
+    if attack == "gc code swap":  # the hook really is off: a subprocess runs, writing inside succeeds
+        control = graded(body.format(target="/tmp/control"))
+        assert control.correct is True, control.detail
+
+
+# --- other processes, the network, the environment -----------------------------------------------------
+
+@pytest.fixture
+def victim():
+    process = subprocess.Popen(["sleep", "60"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+@pytest.mark.parametrize("route", ["os.kill", "os.killpg", "pidfd_send_signal"])
+def test_an_unrelated_process_cannot_be_signalled(route, layers, victim):
+    body = {
+        "os.kill": f"os.kill({victim.pid}, signal.SIGKILL)",
+        "os.killpg": f"os.killpg(os.getpgid({victim.pid}), signal.SIGKILL)",
+        "pidfd_send_signal": f"signal.pidfd_send_signal(os.pidfd_open({victim.pid}), signal.SIGKILL)",
+    }[route]
+    result = graded(body)
+    assert result.correct is False, result.detail
+    time.sleep(0.05)
+    assert victim.poll() is None  # still alive
+
+
+def test_the_network_is_unreachable(layers):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    try:
+        result = graded(f"""
+            import socket
+            connection = socket.create_connection(("127.0.0.1", {port}), timeout=2)
+            connection.sendall(b"escaped")
+        """)
+        assert result.correct is False, result.detail
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):  # nothing ever connected, not even briefly
+            listener.accept()
+    finally:
+        listener.close()
+
+
+def test_the_parents_environment_is_not_visible(layers, monkeypatch):
+    secret = uuid.uuid4().hex
+    monkeypatch.setenv("LOOKAHEAD_SANDBOX_SECRET", secret)
+    result = graded("""
+        import glob
+        seen = repr(dict(os.environ))
+        for path in glob.glob("/proc/*/environ") + glob.glob("/proc/*/cmdline"):
+            try:
+                seen += open(path, "rb").read().decode("latin-1")
+            except OSError:
+                pass
+        assert "LOOKAHEAD_SANDBOX_SECRET" in seen
+    """)
+    assert result.correct is False
+    assert secret not in result.detail
+    names = run_python("import os\nprint(' '.join(sorted(os.environ)))").stdout.split()
+    assert {"HOME", "PATH", "TMPDIR"} <= set(names) <= {"HOME", "PATH", "TMPDIR", "PWD", "LC_CTYPE"}
+
+
+# --- nothing outlives the grading ------------------------------------------------------------------
+
+def _processes_with(argv: bytes) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if argv in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_a_setsid_grandchild_does_not_survive_or_hold_the_pipe(layers):
+    mark = f"61.{uuid.uuid4().int % 10**9:09d}"
+    started = time.monotonic()
+    result = graded(f"""
+        import time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv("/bin/sleep", ["sleep", "{mark}"])  # keeps stdout and stderr open
+            os._exit(0)
+        time.sleep(0.3)
+        here = [p for p in os.listdir("/proc") if p.isdigit() and b"{mark}" in open(f"/proc/{{p}}/cmdline", "rb").read()]
+        assert not here, "the grandchild is running and holds the pipe"
+    """)
+    assert result.correct is False
+    assert time.monotonic() - started < 5  # not held up by the pipe
+    deadline = time.monotonic() + 2
+    while _processes_with(b"sleep\0" + mark.encode()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_with(b"sleep\0" + mark.encode()) == []
+    if layers == "bwrap-only":
+        assert "the grandchild is running" in result.detail  # it was started, and then it died with the sandbox
+
+
+# --- output, early exits, time -------------------------------------------------------------------------
+
+def test_a_gigabyte_of_output_is_cut_off_and_the_grader_stays_small():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, the peak so far
+    started = time.monotonic()
+    result = graded("""
+        chunk = "x" * (1 << 20)
+        for _ in range(1024):
+            sys.stdout.write(chunk)
+    """)
+    assert result.correct is False and "output-limit" in result.detail
+    assert time.monotonic() - started < 10
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 300 * 1024
+
+
+@pytest.mark.parametrize("exit_call", ["os._exit(0)", "sys.exit(0)", "raise SystemExit"])
+@pytest.mark.parametrize("where", ["module", "function"])
+def test_exiting_0_before_a_failing_assert_fails(exit_call, where):
+    if where == "module":
+        answer = f"```python\nimport os, sys\ndef f(x):\n    return x + 1\n{exit_call}\n```"
+    else:
+        answer = f"```python\nimport os, sys\ndef f(x):\n    {exit_call}\n```"
+    result = grade_code(IDENTITY, answer)
+    assert result.correct is False
+    assert "exited before the tests finished" in result.detail
+
+
+def test_printing_a_fake_token_does_not_pass():
+    answer = "```python\nimport os\nprint('0' * 32)\nos._exit(0)\n```"
+    assert grade_code(IDENTITY, answer).correct is False
+
+
+def test_an_endless_loop_is_killed_by_the_wall_clock():
+    started = time.monotonic()
+    result = graded("while True:\n    pass\n", timeout_s=1)
+    assert result.correct is False and "timeout" in result.detail
+    assert time.monotonic() - started < 6
+
+
+def test_a_sleeping_loop_is_killed_too():  # no CPU used: only the wall clock stops it
+    started = time.monotonic()
+    result = graded("import time\nwhile True:\n    time.sleep(1)\n", timeout_s=1)
+    assert result.correct is False and "timeout" in result.detail
+    assert time.monotonic() - started < 6
+
+
+# --- what must still work --------------------------------------------------------------------------
+
+def test_a_correct_solution_passes(layers):
+    assert grade_code(IDENTITY, f"```python\n{RIGHT}```").correct is True
+    body_only = "```python\n    return x\n```"
+    assert grade_code(IDENTITY, body_only).correct is True
+    uses_scratch = solution("""
+        import json, tempfile
+        with tempfile.NamedTemporaryFile("w", delete=False) as handle:
+            json.dump([1, 2], handle)
+        print("some output without a newline", end="")
+    """)
+    result = grade_code(IDENTITY, uses_scratch)
+    assert result.correct is True, result.detail
 
 
 def test_plain_code_passes_and_a_failing_assert_fails():
     assert run_python("print(sum(range(10)))").passed
     result = run_python("assert 1 == 2, 'nope'")
     assert not result.passed and result.status == "failed" and "nope" in result.output
-
-
-def test_network_is_unreachable():
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    port = listener.getsockname()[1]
-    accepted = []
-
-    def accept():
-        listener.settimeout(5)
-        try:
-            accepted.append(listener.accept())
-        except OSError:
-            pass
-
-    thread = threading.Thread(target=accept)
-    thread.start()
-    code = f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\ns.sendall(b'hi')\n"
-    result = run_python(code, timeout_s=5)
-    thread.join()
-    listener.close()
-    assert not result.passed
-    assert accepted == []  # the connection never reached the host
-
-
-def test_writing_outside_the_scratch_directory_is_refused(tmp_path):
-    target = tmp_path / "escaped.txt"
-    code = textwrap.dedent(f"""
-        open("inside.txt", "w").write("fine")  # the scratch directory is allowed
-        open({str(target)!r}, "w").write("escaped")
-    """)
-    result = run_python(code)
-    assert not result.passed and "not allowed" in result.output
-    assert not target.exists()
-    removal = tmp_path / "keep.txt"
-    removal.write_text("keep")
-    assert not run_python(f"import os\nos.remove({str(removal)!r})").passed
-    assert removal.exists()
-
-
-def test_subprocesses_are_refused():
-    result = run_python("import subprocess\nsubprocess.run(['true'])")
-    assert not result.passed and "not allowed" in result.output
-
-
-def test_an_endless_loop_is_killed():
-    started = time.monotonic()
-    result = run_python("while True:\n    pass\n", timeout_s=2)
-    assert result.status == "timeout" and not result.passed
-    assert time.monotonic() - started < 10
 
 
 def test_memory_is_limited():
@@ -81,4 +418,61 @@ def test_a_humaneval_answer_that_misbehaves_is_graded_wrong(tmp_path):
     assert grade(problem, sneaky).correct is False
     assert not (tmp_path / "out.txt").exists()
     endless = "```python\ndef f(x):\n    while True:\n        pass\n```"
-    assert grade(problem, endless).correct is False
+    assert grade_code(problem, endless, timeout_s=1).correct is False
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"),
+                    reason="dropping to nobody applies to a root grader with a world-readable interpreter")
+def test_as_root_with_a_reachable_interpreter_the_process_limit_binds(monkeypatch):
+    """RLIMIT_NPROC does not bind host root; bwrap then runs as nobody, where it does."""
+    monkeypatch.setattr(sandbox, "_interpreter", lambda: (os.path.realpath("/usr/bin/python3"), []))
+    monkeypatch.setattr(sandbox, "AUDIT_HOOK", False)
+    result = run_python(textwrap.dedent("""
+        import os, time
+        print("uid", os.getuid())
+        for n in range(200):
+            if os.fork() == 0:
+                time.sleep(3)
+                os._exit(0)
+    """))
+    assert "uid 65534" in result.stdout
+    assert not result.passed and "Resource temporarily unavailable" in result.output
+
+
+# --- no bubblewrap: refuse, unless told to run unsafely ---------------------------------------------
+
+@pytest.fixture
+def no_bwrap(tmp_path, monkeypatch):
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(sandbox, "bwrap_binary", lambda: str(fake))
+    monkeypatch.setattr(sandbox, "_PROBE", None)
+
+
+def test_without_bubblewrap_grading_code_refuses_in_one_line(no_bwrap):
+    with pytest.raises(SandboxUnavailable) as refused:
+        grade_code(IDENTITY, f"```python\n{RIGHT}```")
+    message = str(refused.value)
+    assert isinstance(refused.value, LookaheadError) and "\n" not in message
+    assert "uid map" in message and "--unsafe-no-sandbox" in message
+    with pytest.raises(SandboxUnavailable):  # what `run_eval` calls before any model is asked
+        sandbox.require_sandbox()
+
+
+def test_unsafe_no_sandbox_runs_the_old_way_with_a_warning(no_bwrap, monkeypatch):
+    monkeypatch.setattr(sandbox, "_WARNED", False)
+    with pytest.warns(RuntimeWarning, match="WITHOUT a sandbox"):
+        assert grade_code(IDENTITY, f"```python\n{RIGHT}```", unsafe_no_sandbox=True).correct is True
+    early = "```python\nimport os\ndef f(x):\n    return 0\nos._exit(0)\n```"
+    assert grade_code(IDENTITY, early, unsafe_no_sandbox=True).correct is False
+    flood = solution("chunk = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.stdout.write(chunk)\n")
+    assert "output-limit" in grade_code(IDENTITY, flood, unsafe_no_sandbox=True).detail
+    assert grade(IDENTITY, f"```python\n{RIGHT}```", unsafe_no_sandbox=True).correct is True
+
+
+def test_the_cli_offers_unsafe_no_sandbox(capsys, no_bwrap):
+    from cli_invoke import invoke
+
+    outcome = invoke(capsys, "eval", "--help")
+    assert outcome.returncode == 0 and "--unsafe-no-sandbox" in outcome.stdout.replace("\n", "")
