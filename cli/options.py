@@ -51,10 +51,14 @@ def make_config(**values) -> LookaheadConfig:
     return validated(LookaheadConfig, **values)
 
 
+ADAPTIVE_FIRST_DEPTH = 2  # γ of the adaptive policy's first forks, before it knows what a fork costs
+
+
 def depth_options(depth: str) -> dict:
-    """`--depth N` or `--depth adaptive` (which starts at the default γ)."""
+    """`--depth N`, or `--depth adaptive`, whose first forks use a small γ: on hardware where
+    branches are not free, the rounds that measure their cost are the ones that pay for it."""
     if depth == "adaptive":
-        return {"adaptive_depth": True}
+        return {"adaptive_depth": True, "depth": ADAPTIVE_FIRST_DEPTH}
     try:
         return {"depth": int(depth)}
     except ValueError:

@@ -77,8 +77,7 @@ def demo(
 ):
     """Prepare models, launch servers, answer one question with LR and with AR, and stop."""
     started = time.perf_counter()
-    options = depth_options(depth)
-    config = make_config(**{"depth": 2, **options}, max_tokens=max_tokens, max_step_tokens=max_step_tokens,
+    config = make_config(**depth_options(depth), max_tokens=max_tokens, max_step_tokens=max_step_tokens,
                          verifier_threshold=threshold)
     from rich.console import Console
 

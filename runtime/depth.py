@@ -51,7 +51,7 @@ class DepthPolicy(Protocol):
 
     def peek_depth(self) -> int: ...
 
-    def observe(self, record: RoundRecord, drafted_levels: int) -> None: ...
+    def observe(self, record: RoundRecord) -> None: ...
 
     def cost_estimate(self) -> CostEstimate | None: ...
 
@@ -72,7 +72,7 @@ class FixedDepth:
     def peek_depth(self) -> int:
         return self.depth
 
-    def observe(self, record: RoundRecord, drafted_levels: int) -> None:
+    def observe(self, record: RoundRecord) -> None:
         pass
 
     def cost_estimate(self) -> CostEstimate | None:
@@ -159,7 +159,7 @@ class AdaptiveDepth:
                     return 1
             return depth
 
-    def observe(self, record: RoundRecord, drafted_levels: int) -> None:
+    def observe(self, record: RoundRecord) -> None:
         with self._lock:
             others = (self.active_runs - 1) * self.mean_branches if self.active_runs > 1 else 0.0
             if record.branches:

@@ -74,7 +74,7 @@ def test_no_data_means_no_change_and_missing_figures_are_harmless():
     assert model.observations == 0
     policy = AdaptiveDepth("sync", initial=3, max_depth=8)
     assert policy.next_depth() == 0  # first a round of the target alone: it measures the lone step
-    policy.observe(round_record(0, 0, 0, branch_cost=float), 0)
+    policy.observe(round_record(0, 0, 0, branch_cost=float))
     assert [policy.next_depth() for _ in range(3)] == [3, 3, 3]  # then fixed γ until a fork is measured
     assert policy.cost_estimate().expected_speedup is None
 
@@ -84,7 +84,7 @@ def _learn(policy, branch_cost, accept_all=True, rounds=30):
         depth = policy.next_depth()
         accepted = depth if accept_all else 0
         positions = depth if accept_all else min(depth, 1)
-        policy.observe(round_record(depth, accepted, positions, branch_cost=branch_cost), depth)
+        policy.observe(round_record(depth, accepted, positions, branch_cost=branch_cost))
 
 
 def test_policy_runs_ar_when_branches_cost_linear_time_even_at_full_acceptance():
@@ -104,8 +104,8 @@ def test_policy_runs_ar_when_branches_cost_linear_time_even_at_full_acceptance()
 def test_policy_drafts_deep_when_branches_are_free():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     free = lambda n: 1.0  # noqa: E731  an idle GPU
-    policy.observe(round_record(2, 2, 2, branch_cost=free), 2)
-    policy.observe(round_record(0, 0, 0, branch_cost=free), 0)
+    policy.observe(round_record(2, 2, 2, branch_cost=free))
+    policy.observe(round_record(0, 0, 0, branch_cost=free))
     _learn(policy, free)
     assert policy.next_depth() >= 4
     estimate = policy.cost_estimate()
@@ -115,7 +115,7 @@ def test_policy_drafts_deep_when_branches_are_free():
 def test_policy_backs_off_when_load_rises_and_drafts_again_when_it_falls():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8, forget=0.8)
     free, linear = (lambda n: 1.0), float
-    policy.observe(round_record(0, 0, 0, branch_cost=free), 0)
+    policy.observe(round_record(0, 0, 0, branch_cost=free))
     _learn(policy, free)
     assert policy.next_depth() >= 3
     _learn(policy, linear, rounds=60)  # load: probes and forks now cost linear time
@@ -127,8 +127,8 @@ def test_policy_backs_off_when_load_rises_and_drafts_again_when_it_falls():
 def test_probe_spacing_bounds_the_probe_cost():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     linear = float
-    policy.observe(round_record(2, 2, 2, branch_cost=linear), 2)
-    policy.observe(round_record(0, 0, 0, branch_cost=linear), 0)
+    policy.observe(round_record(2, 2, 2, branch_cost=linear))
+    policy.observe(round_record(0, 0, 0, branch_cost=linear))
     spacing = policy.probe_spacing()
     loss = 1 / engine_speedup("sync", 1, policy.alpha, policy.costs.c(), 0.0, branch_cost=policy.costs.branch_cost) - 1
     assert loss / spacing <= PROBE_BUDGET + 1e-9
