@@ -41,7 +41,9 @@ from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.cost_model import CostEstimate
 from lookahead_reasoning.runtime.depth import DepthPolicy, make_depth_policy
-from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure, TimeLimitExceeded, first_line, target_failed
+from lookahead_reasoning.runtime.errors import (
+    Cancelled, LookaheadError, ServerFailure, TimeLimitExceeded, first_line, target_failed,
+)
 from lookahead_reasoning.runtime.pipeline import run_chain_round
 from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, StepRecord
 from lookahead_reasoning.runtime.stats import RunMetrics
@@ -118,6 +120,7 @@ class Engine:
         policy: DepthPolicy | None = None,
         on_step: Callable[[StepRecord], None] | None = None,
         deadline: float | None = None,
+        is_cancelled: Callable[[], bool] | None = None,
     ):
         self.config = config
         self.models = models
@@ -125,6 +128,7 @@ class Engine:
         self.on_round = on_round
         self.on_step = on_step  # called with every kept step as soon as it is kept (streaming)
         self.deadline = deadline  # time.monotonic() after which no new round starts
+        self.is_cancelled = is_cancelled  # when it says so, no new round starts either
         # what the adaptive policy learns (α, c, j) carries over from run to run
         self.policy = policy or make_depth_policy(config, self.mode)
 
@@ -134,7 +138,11 @@ class Engine:
     def continue_from(self, prompt: str) -> LookaheadResult:
         """Reason on from `prompt` (already in the target's chat template) until EOS or the token cap."""
         run = _Run(prompt)
-        self._loop(run, self.policy)
+        self.policy.run_started()
+        try:
+            self._loop(run, self.policy)
+        finally:
+            self.policy.run_finished()
         return run.result(self.policy.cost_estimate())
 
     def _loop(self, run: _Run, policy: DepthPolicy) -> None:
@@ -143,6 +151,8 @@ class Engine:
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise TimeLimitExceeded("the request exceeded its time limit")
+        if self.is_cancelled is not None and self.is_cancelled():
+            raise Cancelled("the run was cancelled")
 
     def announce(self, step: StepRecord) -> None:
         if self.on_step is not None:
@@ -213,6 +223,7 @@ class Engine:
             branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens,
         )
         run.metrics.observe_round(record, walk.outputs)
+        self.policy.observe(record)  # before on_round, so a live view shows what this round taught the policy
         run.log.append(record)
         run.steps.extend(record.kept)
         run.text += "".join(s.text for s in record.kept)
@@ -259,7 +270,6 @@ class SyncEngine(Engine):
                 except Exception as error:
                     run.draft_failed(error)
             record = self._verify_round(run, tree, True, cap, time.perf_counter() - started, started, depth)
-            policy.observe(record, tree.depth)
             if self._done(run, record):
                 return
 
@@ -296,7 +306,6 @@ class AsyncEngine(Engine):
                 target_tokens=round(statistics.mean(pipe.target_tokens)) if pipe.target_tokens else 0,
                 draft_tokens=sum(pipe.draft_tokens),
             )
-            policy.observe(record, len(pipe.draft_times))
             if self._done(run, record):
                 return
 
@@ -328,12 +337,11 @@ class AsyncEngine(Engine):
                     pending_base = run.prefix + tree.text_of(optimistic)
                     pending = self._pool.submit(self._timed_draft, pending_base, policy.peek_depth(), cap)
             record = self._verify_round(run, tree, False, cap, draft_s, started, depth)
-            policy.observe(record, tree.depth)
             if self._done(run, record):
                 return
 
 
 def make_engine(config: LookaheadConfig, models: StepModels, verifier: Verifier, **options) -> Engine:
-    """The engine `config.engine` names; options: on_round, on_step, policy, deadline."""
+    """The engine `config.engine` names; options: on_round, on_step, policy, deadline, is_cancelled."""
     engine_class = AsyncEngine if config.engine == "async" else SyncEngine
     return engine_class(config, models, verifier, **options)

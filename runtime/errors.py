@@ -15,6 +15,10 @@ class TimeLimitExceeded(LookaheadError):
     """A run went past its deadline."""
 
 
+class Cancelled(LookaheadError):
+    """A run was stopped because nobody waits for its answer any more (the client went away)."""
+
+
 def target_failed(error: BaseException) -> ServerFailure:
     """The error a run ends with when the target server fails: the answer cannot be trusted."""
     return ServerFailure(f"the target server failed: {first_line(error)}")
