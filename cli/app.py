@@ -18,7 +18,7 @@ import typer
 
 from lookahead_reasoning.cli import evaluation, reasoning, serving
 from lookahead_reasoning.cli.options import err
-from lookahead_reasoning.runtime.errors import LookaheadError, first_line
+from lookahead_reasoning.errors import LookaheadError, first_line
 
 app = typer.Typer(
     help="Lookahead reasoning on SGLang servers.", no_args_is_help=True, add_completion=False,

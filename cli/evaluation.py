@@ -17,7 +17,7 @@ from lookahead_reasoning.cli.options import (
 )
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.endpoints import Endpoints
-from lookahead_reasoning.runtime.errors import LookaheadError, validated
+from lookahead_reasoning.errors import LookaheadError, validated
 
 verifiers_app = typer.Typer(help="Verifier studies on labelled step pairs.", no_args_is_help=True)
 

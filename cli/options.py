@@ -15,8 +15,8 @@ from rich.console import Console
 
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.endpoints import Endpoints, default_endpoints_path, load_endpoints
-from lookahead_reasoning.runtime.errors import LookaheadError
-from lookahead_reasoning.runtime.errors import validated
+from lookahead_reasoning.errors import LookaheadError
+from lookahead_reasoning.errors import validated
 
 err = Console(stderr=True)
 

@@ -11,7 +11,7 @@ from lookahead_reasoning.cli.options import (
     AsJson, ChatTemplate, Depth, Device, DraftUrl, EndpointsFile, Engine, JudgeUrl, MaxStepTokens, MaxTokens,
     TargetUrl, Temperature, Threshold, Timeout, Verifier, Width, depth_options, endpoints_from, err, make_config,
 )
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 
 DEMO_QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "

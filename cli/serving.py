@@ -16,32 +16,49 @@ from lookahead_reasoning.cli.options import (
 )
 from lookahead_reasoning.runtime import offline_models
 from lookahead_reasoning.runtime.endpoints import default_endpoints_path, load_endpoints, save_endpoints
-from lookahead_reasoning.runtime.errors import LookaheadError, validated
+from lookahead_reasoning.errors import LookaheadError, validated
 
 models_app = typer.Typer(help="Offline models for machines without the Hugging Face hub.", no_args_is_help=True)
 
 
 def launch(
-    draft: str = typer.Option(..., help="draft model: folder, Hugging Face id, or an offline name"),
-    target: str = typer.Option(..., help="target model"),
-    judge: Optional[str] = typer.Option(None, help="judge model (default: the target, sharing its server)"),
+    draft: Optional[str] = typer.Option(None, help="draft model: folder, Hugging Face id, or an offline name"),
+    target: Optional[str] = typer.Option(None, help="target model (optional with --target-router-url)"),
+    judge: Optional[str] = typer.Option(None, help="judge model (default: the target, sharing its server or router)"),
     device: Device = "auto",
     endpoints: Optional[Path] = typer.Option(None, help="where to write the endpoints file"),
     target_server_args: str = typer.Option("", help='extra SGLang server flags for the target, e.g. "--speculative-algorithm NGRAM"'),
     draft_server_args: str = typer.Option("", help="extra SGLang server flags for the draft"),
     judge_server_args: str = typer.Option("", help="extra SGLang server flags for the judge"),
-    ports: Optional[str] = typer.Option(None, help="comma-separated ports, one per server (default: free ports)"),
+    target_replicas: int = typer.Option(1, help="target servers; more than 1 start behind one SGLang router"),
+    draft_replicas: int = typer.Option(1, help="draft servers; more than 1 start behind one SGLang router"),
+    judge_replicas: int = typer.Option(1, help="judge servers, when the judge is its own model"),
+    router_policy: str = typer.Option("cache_aware", help="policy of the routers started for replicas: "
+                                      "cache_aware (a prefix goes where it is cached), round_robin, random, power_of_two"),
+    router_args: str = typer.Option("", help='extra flags for those routers, e.g. "--cache-threshold 0.5"'),
+    target_router_url: Optional[str] = typer.Option(None, help="use this running SGLang router (or server) for the "
+                                                    "target, and the judge when it shares the target; start nothing for it"),
+    draft_router_url: Optional[str] = typer.Option(None, help="use this running router (or server) for the draft"),
+    judge_router_url: Optional[str] = typer.Option(None, help="use this running router (or server) for the judge"),
+    ports: Optional[str] = typer.Option(None, help="comma-separated ports, one per server and router, in --dry-run's "
+                                        "order (default: free ports)"),
     max_total_tokens: int = typer.Option(16384, help="KV pool size in CPU mode"),
     grammar_backend: str = typer.Option("outlines", help="grammar backend of the judge's server (outlines or xgrammar)"),
     max_restarts: int = typer.Option(3, min=0, help="restarts of one dead server before the launcher gives up on it"),
     restart_backoff: float = typer.Option(2.0, min=0.0, help="seconds before the first restart; doubled for each next one"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="print the exact server commands and start nothing"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the exact server and router commands and start nothing"),
 ):
     """Start SGLang servers for the three roles and supervise them; stop them with Ctrl-C or `lookahead stop`.
 
     A dead draft or judge server is restarted (runs meanwhile degrade to target steps); a dead
     target is restarted too, and runs in flight get an error. After --max-restarts tries the
     launcher gives up on a draft or judge server (runs stay degraded), or stops on a target.
+
+    Replicas: --target-replicas N starts N target servers and one SGLang router in front of
+    them (pip install 'lookahead-reasoning[router]'); the endpoints file points the target
+    (and the judge it serves) at the router. A dead replica is restarted while the router
+    sends requests to the others. --target-router-url URL uses a router you started
+    (`python -m sglang_router.launch_router --worker-urls ...`) instead.
     """
     from lookahead_reasoning.runtime.launcher import ServerGroup
 
@@ -52,10 +69,14 @@ def launch(
         draft_server_args=draft_server_args, judge_server_args=judge_server_args, ports=port_list,
         max_total_tokens=max_total_tokens, grammar_backend=grammar_backend, max_restarts=max_restarts,
         restart_backoff_s=restart_backoff, log=lambda m: err.print(m, highlight=False, soft_wrap=True),
+        target_replicas=target_replicas, draft_replicas=draft_replicas, judge_replicas=judge_replicas,
+        router_policy=router_policy, router_args=router_args, target_router_url=target_router_url,
+        draft_router_url=draft_router_url, judge_router_url=judge_router_url,
     )
     if dry_run:
         print("\n".join(group.dry_run()))
         return
+    group.check_routers()  # a router given by URL that is down: one line, before anything starts
     stopping = {"flag": False}
 
     def on_signal(signum, frame):
@@ -114,6 +135,7 @@ def serve(
     queue_timeout: float = typer.Option(30.0, help="seconds a request may wait for a slot before 429"),
     request_timeout: float = typer.Option(600.0, help="seconds a request may run before 504"),
     max_tokens_cap: int = typer.Option(4096, help="largest max_tokens a request may ask for"),
+    max_body_bytes: int = typer.Option(1 << 20, help="largest request body in bytes; a larger one gets 413"),
     api_key: ApiKey = None,
 ):
     """Serve an OpenAI-compatible API that answers with lookahead reasoning."""
@@ -123,7 +145,8 @@ def serve(
     config = make_config(**depth_options(depth), width=width, engine=engine, verifier=verifier, verifier_threshold=threshold,
                          max_tokens=max_tokens_cap, request_timeout_s=min(request_timeout, 300.0))
     settings = validated(ServeSettings, max_concurrent=max_concurrent, queue_timeout_s=queue_timeout,
-                         request_timeout_s=request_timeout, max_tokens_cap=max_tokens_cap, api_key=api_key)
+                         request_timeout_s=request_timeout, max_tokens_cap=max_tokens_cap,
+                         max_body_bytes=max_body_bytes, api_key=api_key)
     if port_in_use(port, host):
         raise LookaheadError(f"port {port} is already in use")
     server_set = endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)

@@ -30,7 +30,7 @@ from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
 from lookahead_reasoning.runtime import theory
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.depth import depth_limit
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.runtime.results import LookaheadResult
 
 Depth = Union[int, Literal["adaptive"]]

@@ -17,7 +17,7 @@ from typing import Callable
 from pydantic import BaseModel
 
 from lookahead_reasoning.programs.prompts import CHOICE_INSTRUCTION, CODE_INSTRUCTION, REASONING_INSTRUCTION
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 
 
 class Problem(BaseModel):

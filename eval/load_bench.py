@@ -29,7 +29,7 @@ from lookahead_reasoning.eval.bench import questions
 from lookahead_reasoning.eval.report import markdown_table
 from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 
 Depth = Union[Literal["ar", "adaptive"], int]
 

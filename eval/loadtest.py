@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 import requests
 
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 

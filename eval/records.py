@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from lookahead_reasoning.files import write_atomically
-from lookahead_reasoning.runtime.errors import LookaheadError, validation_message
+from lookahead_reasoning.errors import LookaheadError, validation_message
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from lookahead_reasoning.programs.roles import SGLangStepModels, render_conversa
 from lookahead_reasoning.runtime.baseline import continue_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.endpoints import Endpoints
-from lookahead_reasoning.runtime.errors import LookaheadError, first_line, target_failed
+from lookahead_reasoning.errors import LookaheadError, first_line, target_failed
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
 METHOD_NAMES = ("ar", "lr", "lr-async", "draft")

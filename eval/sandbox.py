@@ -53,7 +53,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from lookahead_reasoning.runtime.errors import LookaheadError, first_line
+from lookahead_reasoning.errors import LookaheadError, first_line
 
 OUTPUT_CAP = 1 << 20  # bytes of stdout + stderr kept; more and the run is killed
 SCRATCH_BYTES = 64 << 20  # the sandbox's tmpfs

@@ -9,7 +9,7 @@ from __future__ import annotations
 import requests
 
 from lookahead_reasoning.runtime.endpoints import ROLES, Endpoints
-from lookahead_reasoning.runtime.errors import LookaheadError, first_line
+from lookahead_reasoning.errors import LookaheadError, first_line
 
 TIMEOUT_S = 5.0
 ROUTES = ("/model_info", "/get_model_info")  # SGLang's route, then the one older servers use

@@ -48,7 +48,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.runtime.processes import UvicornThread, answers, free_port, stop_group, wait_until
 
 DELIM = "\n\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from lookahead_reasoning.eval.datasets import read_jsonl
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.verifiers.base import Verdict, Verifier
 from lookahead_reasoning.verifiers.calibration import Calibration
 

@@ -17,7 +17,7 @@ _API = {
     "Endpoint": "lookahead_reasoning.runtime.endpoints",
     "ServerGroup": "lookahead_reasoning.runtime.launcher",
     "LookaheadResult": "lookahead_reasoning.runtime.results",
-    "LookaheadError": "lookahead_reasoning.runtime.errors",
+    "LookaheadError": "lookahead_reasoning.errors",
 }
 
 __all__ = list(_API)

@@ -4,6 +4,26 @@
 a timeout on every HTTP request (a hung server must not hang a run) and an optional
 `sampling_seed` (SGLang honours it when the server runs with
 `--enable-deterministic-inference`). Server failures surface as `BackendError`.
+
+Every request it sends can also go through SGLang's router (`sglang-router`, workers
+behind `--worker-urls`), so the same programs run against one server or many replicas:
+
+- `gen` (steps, judge, scorer): `/generate` with one text, its sampling parameters and
+  the logprob fields (`return_logprob`, `logprob_start_len`, `top_logprobs_num`,
+  `return_text_in_logprobs`); the router forwards all of them.
+- `fork` commits the shared prefix first: `/generate` with one text and
+  `max_new_tokens: 0`. The router's cache_aware policy then sends the branches, which
+  start with that text, to the replica that holds it.
+- `select`: upstream sends one batched `/generate` (a list of texts), which the router
+  refuses (HTTP 422); here each choice is scored with its own single-text request.
+- `join(mode="concate_and_append")`: upstream asks `/concate_and_append_request`, which
+  neither the router nor current servers serve; `support_concate_and_append = False`
+  makes the frontend append the branches' text instead.
+- model info: `/model_info`, or `/get_model_info` (what the router serves).
+
+The router re-serializes a request with its own schema and drops sampling fields it
+does not know (in sglang-router 0.3.2: `stop_regex`, `spaces_between_special_tokens`);
+the programs here use neither.
 """
 
 from __future__ import annotations
@@ -12,11 +32,12 @@ import hashlib
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import requests
 import requests.adapters
 from sglang.lang.backend.base_backend import BaseBackend
-from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint
+from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint, compute_normalized_prompt_logprobs
 from sglang.lang.chat_template import get_chat_template, get_chat_template_by_model_path
 from sglang.lang.global_config import global_config
 
@@ -37,7 +58,8 @@ class LookaheadEndpoint(RuntimeEndpoint):
         api_key: str | None = None,
     ):
         BaseBackend.__init__(self)
-        self.support_concate_and_append = True
+        # no KV concatenation: a router does not route it (and SGLang servers no longer serve it)
+        self.support_concate_and_append = False
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.verify = None
@@ -119,7 +141,71 @@ class LookaheadEndpoint(RuntimeEndpoint):
             value = getattr(sampling_params, field, None)
             if value is not None:
                 data[field] = value
-        obj = self._request("POST", "/generate", data)
-        if obj.get("meta_info", {}).get("finish_reason", {}).get("type") == "abort":
-            raise BackendError(f"{self.base_url} aborted a request: {obj['meta_info']['finish_reason']}")
+        obj = self._generate(data)
         return obj["text"], obj["meta_info"]
+
+    def _generate(self, data: dict) -> dict:
+        """One single-text (or single token list) `/generate` request; an aborted one is an error."""
+        obj = self._request("POST", "/generate", data)
+        if not isinstance(obj, dict) or "meta_info" not in obj:
+            raise BackendError(f"{self.base_url}/generate answered with something that is not one generation")
+        finish = obj["meta_info"].get("finish_reason") or {}
+        if isinstance(finish, dict) and finish.get("type") == "abort":
+            raise BackendError(f"{self.base_url} aborted a request: {finish}")
+        return obj
+
+    def _generate_each(self, requests_: list[dict]) -> list[dict]:
+        """Several single requests at once (what upstream sends as one batched request)."""
+        if len(requests_) == 1:
+            return [self._generate(requests_[0])]
+        with ThreadPoolExecutor(max_workers=min(len(requests_), 16)) as pool:
+            return list(pool.map(self._generate, requests_))
+
+    def select(self, s, choices, temperature, choices_method):
+        """SGLang's `select`, with one request per choice instead of one batched request.
+
+        The decision is the same as upstream's: the prompt is committed first (it tells the
+        prompt length, for token healing), then each `prompt + choice` is scored by the
+        logprobs of its tokens, and `choices_method` decides.
+        """
+        assert temperature <= 1e-5, "select scores choices greedily (temperature 0)"
+        prompt_len = self._generate({"text": s.text_, "sampling_params": {"max_new_tokens": 0}})["meta_info"]["prompt_tokens"]
+        logprob_start_len = max(prompt_len - 2, 0)  # for token healing
+        scored = self._generate_each([
+            {
+                "text": s.text_ + choice,
+                "sampling_params": {"max_new_tokens": 0, "temperature": 0},
+                "return_logprob": True,
+                "return_text_in_logprobs": True,
+                "logprob_start_len": logprob_start_len,
+            }
+            for choice in choices
+        ])
+        input_token_logprobs = [r["meta_info"]["input_token_logprobs"] for r in scored]
+        output_token_logprobs = [r["meta_info"]["output_token_logprobs"] for r in scored]
+        normalized = [compute_normalized_prompt_logprobs(logprobs) for logprobs in input_token_logprobs]
+        for i, logprobs in enumerate(input_token_logprobs):  # drop the extra token where no healing happened
+            healed = logprobs[0][-1] if logprobs else None
+            if len(logprobs) > 1 and isinstance(healed, str) and s.text_.endswith(healed):
+                normalized[i] = (normalized[i] * len(logprobs) - logprobs[0][0]) / (len(logprobs) - 1)
+                input_token_logprobs[i] = logprobs[1:]
+        unconditional = None
+        if choices_method.requires_unconditional_logprobs:
+            unconditional = [
+                r["meta_info"]["input_token_logprobs"]
+                for r in self._generate_each([
+                    {"input_ids": [entry[1] for entry in logprobs], "sampling_params": {"max_new_tokens": 0},
+                     "return_logprob": True}
+                    for logprobs in input_token_logprobs
+                ])
+            ]
+        return choices_method(
+            choices=choices,
+            normalized_prompt_logprobs=normalized,
+            input_token_logprobs=input_token_logprobs,
+            output_token_logprobs=output_token_logprobs,
+            unconditional_token_logprobs=unconditional,
+        )
+
+    def concatenate_and_append(self, src_rids, dst_rid):
+        raise BackendError("KV concatenation is not supported; join forks with mode='gather_variable'")

@@ -7,7 +7,7 @@ import time
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.engine import StepModels, render_prompt
-from lookahead_reasoning.runtime.errors import target_failed
+from lookahead_reasoning.errors import target_failed
 from lookahead_reasoning.runtime.results import BaselineResult
 
 

@@ -47,6 +47,13 @@ class LookaheadConfig(BaseModel):
     embedding_model: str | None = Field(None, description="sentence-transformers path for the embedding verifiers")
     seed: int | None = Field(None, description="sent as SGLang's sampling_seed when sampling (temperature > 0)")
     request_timeout_s: float = Field(300.0, gt=0.0, description="limit on one HTTP request to a server")
+    draft_timeout_s: float | None = Field(
+        None, gt=0.0, description="limit on one request to the draft server; None: a quarter of request_timeout_s "
+        "(a stalled draft then costs a slice of the deadline, and the run goes on with target steps)",
+    )
+    verifier_timeout_s: float | None = Field(
+        None, gt=0.0, description="limit on one request to the judge server; None: a quarter of request_timeout_s",
+    )
 
     @model_validator(mode="after")
     def _tree_needs_sampling(self):

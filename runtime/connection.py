@@ -6,30 +6,42 @@ from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
 from lookahead_reasoning.programs.roles import SGLangStepModels
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.endpoints import ROLES, Endpoint, Endpoints
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.verifiers.base import Verifier
 from lookahead_reasoning.verifiers.registry import make_verifier
 
 
+def role_timeouts(config: LookaheadConfig) -> dict[str, float]:
+    """Seconds one request to each role's server may take. The draft and judge get less than the
+    target: when they stall, the run degrades to target steps long before the request's deadline."""
+    helper = config.request_timeout_s / 4
+    return {
+        "draft": config.draft_timeout_s or helper,
+        "target": config.request_timeout_s,
+        "judge": config.verifier_timeout_s or helper,
+    }
+
+
 class Connection:
-    """Backends for the three roles (shared where roles share a URL), programs and verifier.
+    """Backends for the three roles (shared where roles share a URL and timeout), programs and verifier.
 
     Backends are thread-safe and shared; `step_models(config)` and `verifier_for(config)` are
     cheap, so a server can bind per-request settings (temperature, top_p) to them.
     """
 
     def __init__(self, endpoints: Endpoints, config: LookaheadConfig):
-        backends: dict[tuple[str, str | None], LookaheadEndpoint] = {}
+        backends: dict[tuple[str, str | None, float], LookaheadEndpoint] = {}
         self.backends: dict[str, LookaheadEndpoint] = {}
+        timeouts = role_timeouts(config)
         for role in ROLES:
             spec: Endpoint = getattr(endpoints, role)
-            key = (spec.url, spec.chat_template)
+            key = (spec.url, spec.chat_template, timeouts[role])
             if key not in backends:
                 try:
                     backends[key] = LookaheadEndpoint(
                         spec.url,
                         chat_template=spec.chat_template,
-                        timeout_s=config.request_timeout_s,
+                        timeout_s=timeouts[role],
                         seed=config.seed,
                     )
                 except BackendError as error:

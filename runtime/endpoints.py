@@ -2,7 +2,8 @@
 
 An endpoints file is JSON: {"draft": {"url": ..., "chat_template": ...}, "target": ...,
 "judge": ..., "launcher_pid": ...}. Two roles may share a URL (one server, one
-connection). `lookahead launch` writes it; `run` reads it; `stop` signals the launcher. Connecting to
+connection). A URL may be SGLang's router in front of several replicas of one model
+(`lookahead launch --target-replicas N`); `workers` then lists them. `lookahead launch` writes it; `run` reads it; `stop` signals the launcher. Connecting to
 the servers is `runtime/connection.py`'s job; this module does not import SGLang.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from lookahead_reasoning.files import cache_dir, write_atomically
-from lookahead_reasoning.runtime.errors import LookaheadError, validation_message
+from lookahead_reasoning.errors import LookaheadError, validation_message
 
 ROLES = ("draft", "target", "judge")
 
@@ -26,6 +27,8 @@ class Endpoint(BaseModel):
     url: str
     chat_template: str | None = None  # SGLang frontend template name; None: guessed from the model path
     model: str | None = None  # informational: what the server serves
+    # informational: the SGLang servers behind a router at `url` (empty: `url` is the server itself)
+    workers: list[str] = []
 
     @field_validator("url")
     @classmethod

@@ -41,7 +41,7 @@ from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.cost_model import CostEstimate
 from lookahead_reasoning.runtime.depth import DepthPolicy, make_depth_policy
-from lookahead_reasoning.runtime.errors import (
+from lookahead_reasoning.errors import (
     Cancelled, LookaheadError, ServerFailure, TimeLimitExceeded, first_line, target_failed,
 )
 from lookahead_reasoning.runtime.pipeline import run_chain_round

@@ -4,6 +4,12 @@ One server per distinct model; a role whose model is already served shares that
 server (on a small machine the target doubles as judge). Each server runs in its own
 process group and is stopped by that group's id, never by name.
 
+Replicas: a model given `replicas` > 1 gets that many servers and one SGLang router
+(`sglang-router`, `python -m sglang_router.launch_router --worker-urls ...`) in front of
+them, started after the servers answer; the endpoints point its roles at the router.
+Routers are health-checked, supervised and stopped like the servers, and die with the
+launcher. A role given a router URL uses that router, and nothing is started for it.
+
 CPU mode (docs/cpu.md) sets SGLANG_USE_CPU_ENGINE=1, float32, --sleep-on-idle (an idle
 scheduler otherwise spins a whole core), --disable-overlap-schedule and a bounded KV
 pool, and puts an empty `common_ops` module on the server's PYTHONPATH: sgl_kernel
@@ -20,13 +26,16 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
+
+import requests
 
 from lookahead_reasoning.runtime import offline_models
 from lookahead_reasoning.runtime.endpoints import ROLES, Endpoint, Endpoints
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.runtime.processes import (
     answers, dies_with_parent, free_port, port_in_use, process_start_time, running, stop_group,
 )
@@ -34,14 +43,43 @@ from lookahead_reasoning.runtime.processes import (
 HF_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
+ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
+
+# Flags every router we start gets (before the user's --router-args, which may override them).
+# A request that fails on a replica is retried (5 tries, 0.3 s then twice as long each time,
+# 4.5 s in all) and each try is routed again; health checks every 2 s take a dead replica out
+# after one failure, so the later tries go to the replicas that answer, and take it back after
+# two good checks. The circuit breaker is off: sglang-router 0.3.2 counts a request's HTTP 4xx
+# against its replica, so a few bad requests (a prompt over the context length) would shut
+# healthy replicas out.
+ROUTER_DEFAULT_ARGS = [
+    "--disable-circuit-breaker",
+    "--health-check-interval-secs", "2", "--health-failure-threshold", "1", "--health-success-threshold", "2",
+    "--retry-initial-backoff-ms", "300", "--retry-backoff-multiplier", "2",
+    "--shutdown-grace-period-secs", "5",
+]
+
+
 @dataclass
 class ServerSpec:
-    model: str  # what the user named: offline model name, folder, or Hugging Face id
+    model: str | None  # what the user named: offline model name, folder, or Hugging Face id (None: unknown, behind a router given by URL)
     roles: list[str]
     extra_args: list[str] = field(default_factory=list)
-    port: int | None = None
+    port: int | None = None  # the server's port; with replicas, the router's
     model_path: str | None = None  # what SGLang loads; set when the group starts
     chat_template: str | None = None
+    replicas: int = 1  # SGLang servers of this model; more than one: behind a router started with them
+    router_url: str | None = None  # an existing router (or server) that serves these roles: nothing is started
+    worker_ports: list[int] = field(default_factory=list)  # the replicas' ports (with replicas > 1)
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.roles)
+
+    @property
+    def routed(self) -> bool:
+        """Whether the roles are served through a router (one we start, or one given by URL)."""
+        return self.replicas > 1 or self.router_url is not None
 
 
 def check_model(model: str) -> None:
@@ -97,18 +135,36 @@ def _cpu_stub_dir() -> Path:
 
 @dataclass
 class ServerProcess:
+    """One process of the group: an SGLang server (alone, or one replica behind a router) or a router."""
+
     spec: ServerSpec
     process: subprocess.Popen
     url: str
     log_path: Path
+    command: list[str] = field(default_factory=list)  # what (re)starts it
+    env: dict[str, str] | None = None
+    kind: str = "server"  # "server", "replica" or "router"
+    replica: int = 0  # 1, 2, ... for a replica
     restarts: int = 0  # restarts so far
-    restart_at: float | None = None  # when the next restart is due (the server is down)
+    restart_at: float | None = None  # when the next restart is due (the process is down)
     warming: bool = False  # restarted, not yet answering
     given_up: bool = False  # down for good: its restarts are spent
 
     @property
     def name(self) -> str:
-        return "+".join(self.spec.roles)
+        return self.spec.name
+
+    @property
+    def label(self) -> str:
+        """How the log names it: "draft server", "target+judge replica 2 of 3", "target+judge router"."""
+        if self.kind == "replica":
+            return f"{self.name} replica {self.replica} of {self.spec.replicas}"
+        return f"{self.name} {self.kind}"
+
+    @property
+    def down(self) -> bool:
+        """Dead, waiting for a restart, warming up after one, or given up."""
+        return self.given_up or self.restart_at is not None or self.warming or not self.alive()
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -127,17 +183,130 @@ class ServerProcess:
             lines = [l for l in self.log_path.read_text(errors="replace").splitlines() if l.strip()]
         except OSError:
             return ""
-        errors = [l for l in lines if "Error" in l or "error" in l]
-        return (errors or lines or [""])[-1].strip()[:300]
+        errors = [l for l in lines if "Error" in l or "error" in l or "ERROR" in l]
+        return _plain((errors or lines or [""])[-1]).strip()[:300]
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _plain(line: str) -> str:
+    """A log line without terminal colours (the router colours its log)."""
+    return _ANSI.sub("", line)
+
+
+def router_command(worker_urls: list[str], port: int, policy: str = "cache_aware", metrics_port: int | None = None,
+                   extra_args: list[str] | None = None) -> list[str]:
+    """The exact command that starts SGLang's router (`sglang-router`) over `worker_urls` on 127.0.0.1:`port`."""
+    return [
+        sys.executable, "-m", "sglang_router.launch_router",
+        "--worker-urls", *worker_urls,
+        "--policy", policy,
+        "--host", "127.0.0.1", "--port", str(port),
+        # its Prometheus exporter binds 0.0.0.0:29000 unless told otherwise: two routers would collide
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port or free_port()),
+        *ROUTER_DEFAULT_ARGS, *(extra_args or []),
+    ]
+
+
+def check_router_installed() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("sglang_router") is None:
+        raise LookaheadError("replicas need SGLang's router: pip install 'lookahead-reasoning[router]' (sglang-router==0.3.2)")
+
+
+def reachable(url: str, timeout_s: float = 5.0) -> bool:
+    """Whether anything answers HTTP at `url` (any status: a router without healthy workers yet counts)."""
+    try:
+        requests.get(url + "/health", timeout=timeout_s)
+        return True
+    except requests.RequestException:
+        return False
+
+
+_GPU_FLAGS = {"--tp": 1, "--tp-size": 1, "--tensor-parallel-size": 1, "--dp": 1, "--dp-size": 1,
+              "--data-parallel-size": 1, "--pp": 1, "--pp-size": 1, "--pipeline-parallel-size": 1}
+
+
+def _flag_values(args: list[str]) -> dict[str, str]:
+    """--flag value and --flag=value pairs of a server command line."""
+    values = {}
+    for i, arg in enumerate(args):
+        if "=" in arg and arg.startswith("--"):
+            key, value = arg.split("=", 1)
+            values[key] = value
+        elif arg.startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            values[arg] = args[i + 1]
+    return values
+
+
+def gpus_per_server(args: list[str]) -> int:
+    """GPUs one SGLang server takes: tensor × data × pipeline parallel sizes of its flags."""
+    values = _flag_values(args)
+    sizes = {"tp": 1, "dp": 1, "pp": 1}
+    for flag in _GPU_FLAGS:
+        if flag in values:
+            try:
+                sizes[flag[2:4]] = int(values[flag])
+            except ValueError:
+                raise LookaheadError(f"server flag {flag} needs a number, got {values[flag]!r}") from None
+    return sizes["tp"] * sizes["dp"] * sizes["pp"]
+
+
+def _without_flag(args: list[str], flag: str) -> list[str]:
+    out, skip = [], False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg == flag:
+            skip = i + 1 < len(args)
+            continue
+        if arg.startswith(flag + "="):
+            continue
+        out.append(arg)
+    return out
+
+
+@contextmanager
+def running_router(worker_urls: list[str], policy: str = "cache_aware", log_path: Path | None = None,
+                   startup_timeout_s: float = 120.0, extra_args: list[str] | None = None) -> Iterator[str]:
+    """A router over servers started elsewhere, for as long as the block runs; yields its URL."""
+    check_router_installed()
+    port = free_port()
+    command = router_command(worker_urls, port, policy, extra_args=extra_args)
+    log_path = log_path or Path(os.devnull)
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(dies_with_parent(command), stdout=log_file, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while not answers(url, timeout_s=5):
+            if process.poll() is not None:
+                raise LookaheadError(f"the {policy} router exited during start-up (log {log_path})")
+            if time.monotonic() > deadline:
+                raise LookaheadError(f"the {policy} router did not start within {startup_timeout_s:g} s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        stop_group(process, 20.0)
 
 
 class ServerGroup:
-    """The servers of one launch. Use as a context manager: servers stop on exit, also on errors."""
+    """The servers (and routers) of one launch. Use as a context manager: all stop on exit, also on errors.
+
+    A role with `replicas` > 1 gets that many SGLang servers of its model behind one SGLang
+    router (`sglang-router`, policy `router_policy`); the endpoints point the role at the
+    router. A role given a `*_router_url` uses that router (or plain server) instead, and
+    nothing is started for it.
+    """
 
     def __init__(
         self,
-        draft: str,
-        target: str,
+        draft: str | None,
+        target: str | None,
         judge: str | None = None,
         device: str = "auto",
         target_server_args: str = "",
@@ -151,43 +320,95 @@ class ServerGroup:
         max_restarts: int = 3,
         restart_backoff_s: float = 2.0,
         log: Callable[[str], None] = print,
+        target_replicas: int = 1,
+        draft_replicas: int = 1,
+        judge_replicas: int = 1,
+        router_policy: str = "cache_aware",
+        router_args: str = "",
+        target_router_url: str | None = None,
+        draft_router_url: str | None = None,
+        judge_router_url: str | None = None,
     ):
         self.device = detect_device() if device == "auto" else device
         if self.device not in ("cpu", "cuda"):
             raise LookaheadError(f"device must be cpu, cuda or auto, got {device!r}")
+        if router_policy not in ROUTER_POLICIES:
+            raise LookaheadError(f"router policy must be one of {', '.join(ROUTER_POLICIES)}, got {router_policy!r}")
         self.max_total_tokens = max_total_tokens
         self.grammar_backend = grammar_backend
         self.startup_timeout_s = startup_timeout_s
         self.max_restarts = max_restarts
         self.restart_backoff_s = restart_backoff_s
+        self.router_policy = router_policy
+        self.router_args = shlex.split(router_args)
         self.starting = False  # True while start() runs: a signal then stops at once
         self.log = log
         self.log_dir = log_dir or offline_models.cache_root().parent / "logs"
-        self.servers: list[ServerProcess] = []
-        self.role_server: dict[str, ServerProcess] = {}
+        self.servers: list[ServerProcess] = []  # SGLang servers: alone, or replicas behind a router
+        self.routers: list[ServerProcess] = []  # the routers this group started
         named = {"draft": draft, "target": target, "judge": judge or target}
+        replicas = {"draft": draft_replicas, "target": target_replicas, "judge": judge_replicas}
+        given_routers = {"draft": draft_router_url, "target": target_router_url,
+                         "judge": judge_router_url or (target_router_url if judge is None else None)}
         role_args = {"draft": draft_server_args, "target": target_server_args, "judge": judge_server_args}
-        for model in named.values():
-            check_model(model)
-        distinct = len(set(named.values()))
+        for role in ROLES:
+            if not isinstance(replicas[role], int) or replicas[role] < 1:
+                raise LookaheadError(f"--{role}-replicas must be at least 1, got {replicas[role]}")
+            if given_routers[role] is not None:
+                given_routers[role] = self._router_url(role, given_routers[role])
+                if replicas[role] > 1:
+                    raise LookaheadError(f"--{role}-replicas and --{role}-router-url exclude each other: "
+                                         "the router's workers are started elsewhere")
+            elif named[role] is None:
+                raise LookaheadError(f"give --{role} (a model) or --{role}-router-url (a running router)")
+            else:
+                check_model(named[role])
+        self.specs: list[ServerSpec] = []
+        for role in ("target", "draft", "judge"):  # the target first: the judge prefers to share it
+            router = given_routers[role]
+            spec = next((s for s in self.specs if (s.router_url == router if router else
+                                                   s.router_url is None and s.model == named[role])), None)
+            if spec is None:
+                spec = ServerSpec(model=named[role], roles=[], router_url=router)
+                self.specs.append(spec)
+            spec.roles.append(role)
+            if router is None:
+                spec.extra_args += shlex.split(role_args[role])
+                spec.replicas = max(spec.replicas, replicas[role])
+        if any(spec.replicas > 1 for spec in self.specs):
+            check_router_installed()
+        needed = sum(self._processes(spec) for spec in self.started_specs)
         if ports:
-            if len(ports) < distinct:
-                raise LookaheadError(f"{distinct} servers need {distinct} ports, got {len(ports)}")
+            if len(ports) < needed:
+                raise LookaheadError(f"{needed} servers and routers need {needed} ports, got {len(ports)}")
             for port in ports:
                 if port_in_use(port):
                     raise LookaheadError(f"port {port} is already in use")
-        self.specs: list[ServerSpec] = []
-        for role in ("target", "draft", "judge"):  # the target first: the judge prefers to share it
-            spec = next((s for s in self.specs if s.model == named[role]), None)
-            if spec is None:
-                spec = ServerSpec(model=named[role], roles=[])
-                self.specs.append(spec)
-            spec.roles.append(role)
-            spec.extra_args += shlex.split(role_args[role])
-        for spec, port in zip(self.specs, ports or []):
-            spec.port = port
+        given = iter(ports or [])
+        for spec in self.started_specs:
+            if spec.replicas > 1:
+                spec.worker_ports = [next(given, None) for _ in range(spec.replicas)]
+            spec.port = next(given, None)
 
-    def command(self, spec: ServerSpec, port: int) -> list[str]:
+    @staticmethod
+    def _router_url(role: str, url: str) -> str:
+        try:
+            return Endpoint(url=url).url
+        except ValueError:
+            raise LookaheadError(f"--{role}-router-url must be an http(s) URL, got {url!r}") from None
+
+    @staticmethod
+    def _processes(spec: ServerSpec) -> int:
+        """Processes a spec starts: one server, or its replicas and their router."""
+        return 1 if spec.replicas == 1 else spec.replicas + 1
+
+    @property
+    def started_specs(self) -> list[ServerSpec]:
+        """The specs this group starts processes for (not those served by a router given by URL)."""
+        return [spec for spec in self.specs if spec.router_url is None]
+
+    def command(self, spec: ServerSpec, port: int, replica: int = 0) -> list[str]:
+        """The SGLang server command for `spec` on `port`; `replica` (1, 2, ...) when it is one of several."""
         cmd = [
             sys.executable, "-m", "sglang.launch_server",
             "--model-path", spec.model_path,
@@ -201,19 +422,39 @@ class ServerGroup:
                 "--disable-overlap-schedule", "--sleep-on-idle",
                 "--max-total-tokens", str(self.max_total_tokens),
             ]
-        return cmd + spec.extra_args
+        extra = spec.extra_args
+        if self.device == "cuda" and replica and spec.replicas > 1:
+            # replicas on one machine take disjoint GPUs: replica i starts at base + (i-1) × (tp × dp × pp)
+            base = int(_flag_values(extra).get("--base-gpu-id", 0))
+            extra = [*_without_flag(extra, "--base-gpu-id"),
+                     "--base-gpu-id", str(base + (replica - 1) * gpus_per_server(extra))]
+        return cmd + extra
+
+    def _router_command(self, spec: ServerSpec, metrics_port: int | None = None) -> list[str]:
+        urls = [f"http://127.0.0.1:{port}" for port in spec.worker_ports]
+        return router_command(urls, spec.port, self.router_policy, metrics_port, self.router_args)
 
     def dry_run(self) -> list[str]:
         """The exact commands `start` would run (ports chosen now where none were given), nothing started."""
         lines = []
+        env = "SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=" + shlex.quote(str(_cpu_stub_dir())) + " " \
+            if self.device == "cpu" else ""
         for spec in self.specs:
+            if spec.router_url is not None:
+                lines.append(f"# {spec.name}: the router at {spec.router_url} (started elsewhere; nothing to start)")
+                continue
             model_path = (str(offline_models.folder_of(spec.model)) if spec.model in offline_models.MODEL_NAMES
                           else resolve_path(spec.model))
-            port = spec.port or free_port()
-            env = "SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=" + shlex.quote(str(_cpu_stub_dir())) + " " \
-                if self.device == "cpu" else ""
-            command = self.command(ServerSpec(spec.model, spec.roles, spec.extra_args, port, model_path), port)
-            lines.append(f"# {'+'.join(spec.roles)} server ({spec.model})\n{env}{shlex.join(command)}")
+            planned = ServerSpec(spec.model, spec.roles, spec.extra_args, spec.port or free_port(), model_path,
+                                 replicas=spec.replicas, worker_ports=[p or free_port() for p in spec.worker_ports])
+            if spec.replicas == 1:
+                lines.append(f"# {spec.name} server ({spec.model})\n{env}{shlex.join(self.command(planned, planned.port))}")
+                continue
+            for i, port in enumerate(planned.worker_ports, start=1):
+                command = self.command(planned, port, replica=i)
+                lines.append(f"# {spec.name} replica {i} of {spec.replicas} ({spec.model})\n{env}{shlex.join(command)}")
+            lines.append(f"# {spec.name} router ({self.router_policy} over {spec.replicas} replicas)\n"
+                         f"{shlex.join(self._router_command(planned))}")
         return lines
 
     def environment(self) -> dict[str, str]:
@@ -223,95 +464,160 @@ class ServerGroup:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_cpu_stub_dir()), env.get("PYTHONPATH")) if p)
         return env
 
-    def _spawn(self, spec: ServerSpec, port: int, log_path: Path) -> subprocess.Popen:
+    def _spawn(self, command: list[str], env: dict[str, str] | None, log_path: Path) -> subprocess.Popen:
         with open(log_path, "ab") as log_file:
             return subprocess.Popen(
-                dies_with_parent(self.command(spec, port)), env=self.environment(), stdout=log_file,
+                dies_with_parent(command), env=env, stdout=log_file,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
 
+    def _launch(self, spec: ServerSpec, kind: str, port: int, command: list[str], env: dict[str, str] | None,
+                replica: int = 0) -> ServerProcess:
+        stem = spec.name + (f"-replica{replica}" if kind == "replica" else "-router" if kind == "router" else "")
+        log_path = self.log_dir / f"{stem}-{port}.log"
+        log_path.unlink(missing_ok=True)
+        process = ServerProcess(spec, None, f"http://127.0.0.1:{port}", log_path, command, env, kind, replica)  # type: ignore[arg-type]
+        what = f"{spec.model}" if kind != "router" else f"{self.router_policy} over {spec.replicas} replicas"
+        self.log(f"starting {process.label} ({what}) on 127.0.0.1:{port}, log {log_path}")
+        process.process = self._spawn(command, env, log_path)
+        return process
+
+    def check_routers(self) -> None:
+        """Fail at once, before anything starts, when a router given by URL does not answer at all."""
+        for spec in self.specs:
+            if spec.router_url is not None:
+                if not reachable(spec.router_url):
+                    raise LookaheadError(f"cannot reach the {spec.name} router at {spec.router_url}")
+                if spec.model in offline_models.MODEL_NAMES:
+                    spec.chat_template = offline_models.chat_template_for(spec.model)
+
     def start(self) -> Endpoints:
-        """Prepare offline models, start every server and wait until all answer."""
+        """Check given routers, prepare offline models, start every server, then the routers; wait until all answer."""
         self.starting = True
         try:
-            for spec in self.specs:
+            self.check_routers()
+            for spec in self.started_specs:
                 spec.model_path, spec.chat_template = resolve_model(spec.model, self.log)
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            for spec in self.specs:
-                port = spec.port = spec.port or free_port()
-                log_path = self.log_dir / f"{'+'.join(spec.roles)}-{port}.log"
-                log_path.unlink(missing_ok=True)
-                self.log(f"starting {'+'.join(spec.roles)} server ({spec.model}) on 127.0.0.1:{port}, log {log_path}")
-                server = ServerProcess(spec, self._spawn(spec, port, log_path), f"http://127.0.0.1:{port}", log_path)
-                self.servers.append(server)
-                for role in spec.roles:
-                    self.role_server[role] = server
-            self._wait_ready()
+            env = self.environment()
+            for spec in self.started_specs:
+                if spec.replicas == 1:
+                    port = spec.port = spec.port or free_port()
+                    self.servers.append(self._launch(spec, "server", port, self.command(spec, port), env))
+                    continue
+                spec.worker_ports = [p or free_port() for p in spec.worker_ports]
+                for i, port in enumerate(spec.worker_ports, start=1):
+                    self.servers.append(self._launch(spec, "replica", port, self.command(spec, port, i), env, i))
+            self._wait_ready(self.servers)
+            for spec in self.started_specs:
+                if spec.replicas > 1:
+                    spec.port = spec.port or free_port()
+                    self.routers.append(self._launch(spec, "router", spec.port, self._router_command(spec), None))
+            self._wait_ready(self.routers, [s for s in self.specs if s.router_url is not None])
         finally:
             self.starting = False
         return self.endpoints()
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, processes: list[ServerProcess], given: list[ServerSpec] = ()) -> None:
+        """Until every process (and every router given by URL) answers its model-info route."""
         deadline = time.monotonic() + self.startup_timeout_s
-        pending = list(self.servers)
+        pending: list = [*processes, *given]
         while pending:
-            for server in list(pending):
-                if not server.alive():
-                    raise LookaheadError(f"the {server.name} server exited during start-up: {server.last_log_line()}")
-                if answers(server.url, timeout_s=5):
-                    self.log(f"{server.name} server ready at {server.url}")
-                    pending.remove(server)
+            for item in list(pending):
+                if isinstance(item, ServerProcess):
+                    if not item.alive():
+                        raise LookaheadError(f"the {item.label} exited during start-up: {item.last_log_line()}")
+                    url, label = item.url, item.label
+                else:
+                    url, label = item.router_url, f"{item.name} router"
+                if answers(url, timeout_s=5):
+                    self.log(f"{label} ready at {url}")
+                    pending.remove(item)
             if pending and time.monotonic() > deadline:
-                raise LookaheadError(f"servers did not start within {self.startup_timeout_s:g} s")
+                names = ", ".join(i.label if isinstance(i, ServerProcess) else f"{i.name} router at {i.router_url}"
+                                  for i in pending)
+                raise LookaheadError(f"not ready within {self.startup_timeout_s:g} s: {names}")
             if pending:
                 time.sleep(1.0)
 
-    def supervise(self) -> None:
-        """One look at every server: schedule, start and check restarts of the dead ones.
+    def _replicas_of(self, spec: ServerSpec) -> list[ServerProcess]:
+        return [s for s in self.servers if s.spec is spec]
 
-        A server gets `max_restarts` restarts, the first after `restart_backoff_s`, each next
-        one after twice as long. A draft or judge server whose restarts are spent stays down
-        (runs degrade to target steps); a target server whose restarts are spent is an error.
+    def supervise(self) -> None:
+        """One look at every server and router: schedule, start and check restarts of the dead ones.
+
+        A process gets `max_restarts` restarts, the first after `restart_backoff_s`, each next
+        one after twice as long. A replica whose restarts are spent stays down while another
+        replica of its model answers (the router sends requests to those). A draft or judge
+        server (or router) whose restarts are spent stays down (runs degrade to target steps);
+        a target server or router whose restarts are spent is an error, and so are target
+        replicas that are all given up.
         """
         now = time.monotonic()
-        for server in self.servers:
+        for server in [*self.servers, *self.routers]:
             if server.given_up:
                 continue
             if server.restart_at is None and not server.alive():
                 reason = server.exit_reason()
                 if server.restarts >= self.max_restarts:
-                    if "target" in server.spec.roles:
-                        raise LookaheadError(f"the {server.name} server died and {server.restarts} restarts failed: {reason}")
                     server.given_up = True
-                    self.log(f"the {server.name} server died and {server.restarts} restarts failed; "
-                             f"runs go on with target steps only ({reason})")
+                    self._give_up(server, reason)
                     continue
                 delay = self.restart_backoff_s * 2 ** server.restarts
                 server.restart_at, server.warming = now + delay, False
-                self.log(f"the {server.name} server died ({reason}); restarting in {delay:g} s "
+                self.log(f"the {server.label} died ({reason}); restarting in {delay:g} s "
                          f"(try {server.restarts + 1} of {self.max_restarts})")
             elif server.restart_at is not None and now >= server.restart_at:
                 server.restarts += 1
                 server.restart_at, server.warming = None, True
-                server.process = self._spawn(server.spec, server.spec.port, server.log_path)
-                self.log(f"restarting the {server.name} server on {server.url}")
+                server.process = self._spawn(server.command, server.env, server.log_path)
+                self.log(f"restarting the {server.label} on {server.url}")
             elif server.warming and answers(server.url, timeout_s=1):
                 server.warming = False
-                self.log(f"the {server.name} server is ready again at {server.url}")
+                self.log(f"the {server.label} is ready again at {server.url}")
+
+    def _give_up(self, server: ServerProcess, reason: str) -> None:
+        spent = f"the {server.label} died and {server.restarts} restarts failed"
+        if server.kind == "replica":
+            others = [s for s in self._replicas_of(server.spec) if not s.given_up]
+            if others:
+                self.log(f"{spent}; its router sends requests to the other {len(others)} ({reason})")
+                return
+        if "target" in server.spec.roles:
+            raise LookaheadError(f"{spent}: {reason}")
+        self.log(f"{spent}; runs go on with target steps only ({reason})")
 
     def restarting(self) -> list[str]:
-        """Roles whose server is down or warming up after a restart."""
-        return [role for s in self.servers if s.restart_at is not None or s.warming or s.given_up for role in s.spec.roles]
+        """Roles that cannot be served now: their server or router is down or warming up after a
+        restart, or all their replicas are (one replica down behind a router is not a role down)."""
+        roles = []
+        for spec in self.started_specs:
+            if spec.replicas == 1:
+                down = any(s.down for s in self._replicas_of(spec))
+            else:
+                down = any(r.down for r in self.routers if r.spec is spec) or \
+                    all(s.down for s in self._replicas_of(spec))
+            if down:
+                roles += spec.roles
+        return [role for role in ROLES if role in roles]
+
+    def _front(self, spec: ServerSpec) -> str:
+        """The URL that serves `spec`'s roles: the given router, our router, or the one server."""
+        if spec.router_url is not None:
+            return spec.router_url
+        return f"http://127.0.0.1:{spec.port}"
 
     def endpoints(self) -> Endpoints:
+        by_role = {role: spec for spec in self.specs for role in spec.roles}
         return Endpoints(
             **{
                 role: Endpoint(
-                    url=self.role_server[role].url,
-                    chat_template=self.role_server[role].spec.chat_template,
-                    model=self.role_server[role].spec.model,
+                    url=self._front(spec),
+                    chat_template=spec.chat_template,
+                    model=spec.model,
+                    workers=[s.url for s in self._replicas_of(spec)] if spec.replicas > 1 else [],
                 )
-                for role in ROLES
+                for role, spec in by_role.items()
             },
             launcher_pid=os.getpid(),
             launcher_started=process_start_time(os.getpid()),
@@ -319,8 +625,8 @@ class ServerGroup:
         )
 
     def stop(self) -> None:
-        for server in self.servers:
-            server.stop()
+        for process in [*self.routers, *self.servers]:  # routers first: nothing is sent to a stopping server
+            process.stop()
 
     def __enter__(self) -> ServerGroup:
         try:

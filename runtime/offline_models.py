@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lookahead_reasoning.files import cache_dir
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 
 CHAT_TEMPLATE_JINJA = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"

@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.runtime.acceptance import AcceptanceWalk
-from lookahead_reasoning.runtime.errors import target_failed
+from lookahead_reasoning.errors import target_failed
 from lookahead_reasoning.runtime.results import JudgedDraft
 
 

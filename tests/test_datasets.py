@@ -6,7 +6,7 @@ import pytest
 
 from conftest import SHARED_DATA
 from lookahead_reasoning.eval.datasets import SPECS, load_problems, read_jsonl
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 
 
 def write(path, records):

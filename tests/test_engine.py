@@ -12,7 +12,7 @@ from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.baseline import run_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.engine import AsyncEngine, SyncEngine
-from lookahead_reasoning.runtime.errors import LookaheadError, ServerFailure
+from lookahead_reasoning.errors import LookaheadError, ServerFailure
 from lookahead_reasoning.runtime.results import RoleTokens
 from lookahead_reasoning.runtime.stats import RunMetrics
 from lookahead_reasoning.verifiers import ExactMatchVerifier, FastPathVerifier, LLMJudgeVerifier

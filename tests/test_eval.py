@@ -16,7 +16,7 @@ from lookahead_reasoning.eval.report import summarize, write_report
 from lookahead_reasoning.eval.runner import parse_methods, run_eval
 from lookahead_reasoning.eval.simserver import SimConfig
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 
 CONFIG = LookaheadConfig(depth=2, max_tokens=400, max_step_tokens=20, verifier="llm-judge", verifier_threshold=0.5,
                          request_timeout_s=10)

@@ -3,7 +3,7 @@
 import pytest
 
 from lookahead_reasoning.runtime import offline_models as models
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.runtime.launcher import check_model
 
 

@@ -25,7 +25,7 @@ from lookahead_reasoning.eval import sandbox
 from lookahead_reasoning.eval.datasets import Problem
 from lookahead_reasoning.eval.graders import grade, grade_code
 from lookahead_reasoning.eval.sandbox import SandboxUnavailable, run_python
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 
 
 @pytest.fixture(autouse=True)

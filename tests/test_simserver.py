@@ -9,7 +9,7 @@ from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint
 from lookahead_reasoning.eval.simserver import SimConfig
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.engine import AsyncEngine, SyncEngine
-from lookahead_reasoning.runtime.errors import ServerFailure
+from lookahead_reasoning.errors import ServerFailure
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 from lookahead_reasoning.verifiers import ExactMatchVerifier
 

@@ -6,7 +6,7 @@ import pytest
 from cli_invoke import invoke, one_line_error
 
 from lookahead_reasoning.eval.verifier_study import LabelledPair, calibrate, evaluate, judge_all, load_pairs, metrics
-from lookahead_reasoning.runtime.errors import LookaheadError
+from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.verifiers.base import Verdict
 from lookahead_reasoning.verifiers.calibration import Calibration, load_calibration, save_calibration
 from lookahead_reasoning.verifiers.embedding import numbers_in, same_result

@@ -11,9 +11,10 @@ import json
 import os
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from lookahead_reasoning.files import cache_dir, write_atomically
+from lookahead_reasoning.errors import validation_message
 
 
 class Calibration(BaseModel):
@@ -42,9 +43,11 @@ def _read(path: Path) -> dict:
         return {}
     try:
         data = json.loads(path.read_text())
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise ValueError(f"calibration file {path} is not valid JSON; delete it or calibrate again") from None
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        raise ValueError(f"calibration file {path} is not a JSON object; delete it or calibrate again")
+    return data
 
 
 def save_calibration(verifier: str, model: str | None, calibration: Calibration, path: Path | None = None) -> Path:
@@ -56,5 +59,16 @@ def save_calibration(verifier: str, model: str | None, calibration: Calibration,
 
 
 def load_calibration(verifier: str, model: str | None, path: Path | None = None) -> Calibration | None:
-    entry = _read(path or calibration_path()).get(_key(verifier, model))
-    return Calibration.model_validate(entry) if entry else None
+    """The saved calibration, or None; ValueError (one line) when the file or the entry is malformed."""
+    path = path or calibration_path()
+    key = _key(verifier, model)
+    entry = _read(path).get(key)
+    if entry is None:
+        return None
+    try:
+        return Calibration.model_validate(entry)
+    except ValidationError as error:
+        raise ValueError(
+            f"calibration file {path}: {key} is not a calibration ({validation_message(error)}); "
+            "delete it or calibrate again"
+        ) from None

@@ -1,53 +1,62 @@
-"""The FastAPI app: routes, API-key check, server-sent events, and `serve` that runs it under uvicorn."""
+"""The FastAPI app: routes, API-key check, error shapes, server-sent events, and `serve` that runs it under uvicorn."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
 import json
-import threading
+import logging
 import time
 import uuid
 from typing import Literal
 
-import requests
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import generate_latest
 from pydantic import ValidationError
 from starlette.background import BackgroundTask
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.connection import Connection
-from lookahead_reasoning.runtime.endpoints import ROLES
-from lookahead_reasoning.runtime.errors import LookaheadError, first_line, validation_message
+from lookahead_reasoning.errors import LookaheadError, validation_message
+from lookahead_reasoning.runtime.serve.body import read_json
+from lookahead_reasoning.runtime.serve.health import Readiness
+from lookahead_reasoning.runtime.serve.jobs import Job, timed_out
 from lookahead_reasoning.runtime.serve.schemas import (
     AR_MODEL, LR_MODEL, APIError, ChatRequest, CompletionRequest, SamplingRequest, ServeSettings,
 )
 from lookahead_reasoning.runtime.serve.service import LookaheadService
 
 Kind = Literal["chat", "text"]
+log = logging.getLogger(__name__)
 
 
 def build_app(connection: Connection, config: LookaheadConfig, settings: ServeSettings) -> FastAPI:
     service = LookaheadService(connection, config, settings)
+    readiness = Readiness(connection)
     app = FastAPI(title="lookahead-reasoning")
     app.state.service = service
-
-    @app.middleware("http")
-    async def authorize(request: Request, call_next):
-        key = settings.api_key
-        if key and request.url.path.startswith("/v1/"):
-            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), key.encode()):
-                error = APIError(401, "invalid API key", "authentication_error")
-                return JSONResponse(error.body(), error.status)
-        return await call_next(request)
+    if settings.api_key:
+        app.add_middleware(RequireKey, key=settings.api_key)
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, error: APIError):
         service.metrics.requests.labels(request.url.path, str(error.status)).inc()
         return JSONResponse(error.body(), error.status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException):  # an unknown route, a wrong method
+        body = APIError(error.status_code, str(error.detail)).body()
+        return JSONResponse(body, error.status_code, headers=error.headers)
+
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, error: Exception):
+        # a bug of ours, never the client's input; Starlette re-raises it after this answer, so it is logged
+        service.metrics.requests.labels(request.url.path, "500").inc()
+        return JSONResponse(_internal_error().body(), 500)
 
     @app.get("/v1/models")
     async def models():
@@ -56,9 +65,15 @@ def build_app(connection: Connection, config: LookaheadConfig, settings: ServeSe
             {"id": m, "object": "model", "created": now, "owned_by": "lookahead-reasoning"} for m in (LR_MODEL, AR_MODEL)
         ]}
 
+    @app.get("/health/live")
+    async def live():
+        """Liveness: this process answers. Needs no key and asks no downstream server."""
+        return {"status": "ok"}
+
     @app.get("/health")
     async def health():
-        status = await asyncio.to_thread(_check_servers, connection)
+        """Readiness: the downstream servers answer."""
+        status = await readiness.status()
         healthy = all(v == "ok" for v in status.values())
         return JSONResponse({"status": "ok" if healthy else "degraded", "servers": status}, 200 if healthy else 503)
 
@@ -77,24 +92,37 @@ def build_app(connection: Connection, config: LookaheadConfig, settings: ServeSe
     return app
 
 
-def _check_servers(connection: Connection) -> dict[str, str]:
-    status = {}
-    for role in ROLES:
-        url = connection.backends[role].base_url
-        try:
-            ok = requests.get(url + "/health", timeout=5).status_code == 200
-        except requests.RequestException:
-            ok = False
-        status[role] = "ok" if ok else f"unreachable: {url}"
-    return status
+class RequireKey:
+    """401 without `Authorization: Bearer KEY` (compared in constant time) on /v1/, /health and /metrics.
+
+    /health/live stays open for liveness probes. A plain ASGI middleware: it leaves `receive` alone,
+    so a handler still sees its client disconnect.
+    """
+
+    def __init__(self, app: ASGIApp, key: str):
+        self.app, self.key = app, key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _protected(scope["path"]):
+            given = Headers(scope=scope).get("authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(given.encode(), self.key):
+                error = APIError(401, "invalid API key", "authentication_error")
+                await JSONResponse(error.body(), error.status)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
-async def _parse(request: Request, schema: type[SamplingRequest]) -> tuple[SamplingRequest, str]:
-    """The validated body and the model it asks for; APIError 400 or 404 otherwise."""
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise APIError(400, "the request body is not valid JSON") from None
+def _protected(path: str) -> bool:
+    return path.startswith("/v1/") or path in ("/health", "/metrics")
+
+
+def _internal_error() -> APIError:
+    return APIError(500, "internal server error", "server_error")
+
+
+async def _parse(request: Request, schema: type[SamplingRequest], max_bytes: int) -> tuple[SamplingRequest, str]:
+    """The validated body and the model it asks for; APIError 400, 404 or 413 otherwise."""
+    body = await read_json(request, max_bytes)
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
     try:
@@ -110,26 +138,32 @@ async def _parse(request: Request, schema: type[SamplingRequest]) -> tuple[Sampl
 
 async def _handle(service: LookaheadService, request: Request, schema: type[SamplingRequest], kind: Kind):
     started = time.perf_counter()
-    body, model = await _parse(request, schema)
+    body, model = await _parse(request, schema, service.settings.max_body_bytes)
     config = service.request_config(body)
     prompt: str | list[dict] = [m.model_dump() for m in body.messages] if kind == "chat" else body.prompt
-    try:
-        await asyncio.wait_for(service.slots.acquire(), timeout=service.settings.queue_timeout_s)
-    except asyncio.TimeoutError:
-        raise APIError(429, "too many concurrent requests; try again later", "rate_limit_error") from None
     route = request.url.path
     response_id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
     if body.stream:
-        release = _once(service.slots.release)  # from the stream's end, or after the response if it never ran
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+
+        def on_step(step) -> None:
+            text = step if isinstance(step, str) else step.text
+            loop.call_soon_threadsafe(queue.put_nowait, ("step", text))
+
+        job = await service.start(prompt, config, model, on_step)
+        # the job's end follows its steps in the queue: the worker posts both, steps first
+        job.future.add_done_callback(lambda _: queue.put_nowait(("end", None)))
         return StreamingResponse(
-            _stream(service, prompt, config, model, kind, response_id, route, started, release),
+            _stream(service, job, queue, model, kind, response_id, route, started),
             media_type="text/event-stream",
-            background=BackgroundTask(release),
+            background=BackgroundTask(job.cancel),  # also when the stream never started
         )
+    job = await service.start(prompt, config, model)
     try:
-        out = await asyncio.to_thread(service.run, prompt, config, model)
+        out = await job.result(_disconnected(request))
     finally:
-        service.slots.release()
+        job.cancel()  # nothing to stop when it is done; otherwise the client left or the deadline passed
     service.metrics.requests.labels(route, "200").inc()
     service.metrics.latency.labels(route).observe(time.perf_counter() - started)
     choice = (
@@ -144,20 +178,18 @@ async def _handle(service: LookaheadService, request: Request, schema: type[Samp
     }
 
 
-def _once(action):
-    done = threading.Lock()
-
-    def run_once():
-        if done.acquire(blocking=False):
-            action()
-
-    return run_once
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has closed the connection (the body is read by now)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
-async def _stream(service: LookaheadService, prompt, config, model, kind: Kind, response_id, route, started, release):
-    """Server-sent events: a chunk per kept step as it is kept, a final chunk, then [DONE]."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
+async def _stream(service: LookaheadService, job: Job, queue: asyncio.Queue, model, kind: Kind, response_id, route,
+                  started):
+    """Server-sent events: a chunk per kept step as it is kept, a final chunk, then [DONE].
+
+    When the client leaves, Starlette cancels this generator: its work is cancelled too.
+    """
     created = int(time.time())
     obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
 
@@ -172,39 +204,40 @@ async def _stream(service: LookaheadService, prompt, config, model, kind: Kind, 
         payload = {"id": response_id, "object": obj, "created": created, "model": model, "choices": [choice], **(extra or {})}
         return f"data: {json.dumps(payload)}\n\n"
 
-    def on_step(step) -> None:
-        text = step if isinstance(step, str) else step.text
-        loop.call_soon_threadsafe(queue.put_nowait, ("step", text))
-
-    def work() -> None:
-        try:
-            out = service.run(prompt, config, model, on_step=on_step)
-            loop.call_soon_threadsafe(queue.put_nowait, ("done", out))
-        except APIError as error:
-            loop.call_soon_threadsafe(queue.put_nowait, ("error", error))
-        except Exception as error:  # never leave the client waiting
-            loop.call_soon_threadsafe(queue.put_nowait, ("error", APIError(500, first_line(error), "server_error")))
-
-    threading.Thread(target=work, daemon=True).start()
-    status = "200"
+    status = "499"  # unless the stream ends
     try:
         yield chunk(None, first=True)
-        while True:
-            event, value = await queue.get()
-            if event == "step":
-                yield chunk(value)
-            elif event == "done":
-                yield chunk(None, value["finish_reason"], {"usage": value["usage"], "lookahead": value["lookahead"]})
-                break
-            else:
-                status = str(value.status)
-                yield f"data: {json.dumps(value.body())}\n\n"
-                break
+        try:
+            async for text in _steps(job, queue):
+                yield chunk(text)
+            out = job.future.result()
+            yield chunk(None, out["finish_reason"], {"usage": out["usage"], "lookahead": out["lookahead"]})
+            status = "200"
+        except APIError as error:
+            status = str(error.status)
+            yield f"data: {json.dumps(error.body())}\n\n"
+        except Exception:  # a bug of ours: the client gets the generic error, the log the traceback
+            log.exception("a streaming request failed")
+            status = "500"
+            yield f"data: {json.dumps(_internal_error().body())}\n\n"
         yield "data: [DONE]\n\n"
     finally:
-        release()
+        job.cancel()
         service.metrics.requests.labels(route, status).inc()
         service.metrics.latency.labels(route).observe(time.perf_counter() - started)
+
+
+async def _steps(job: Job, queue: asyncio.Queue):
+    """The text of each kept step as it is kept, until the job ends; APIError 504 at the deadline."""
+    while True:
+        try:
+            event, text = await asyncio.wait_for(queue.get(), timeout=job.remaining())
+        except asyncio.TimeoutError:
+            job.cancel()
+            raise timed_out(job.limit_s) from None
+        if event == "end":
+            return
+        yield text
 
 
 def serve(connection: Connection, config: LookaheadConfig, settings: ServeSettings, host: str, port: int) -> None:

@@ -17,6 +17,7 @@ class ServeSettings(BaseModel):
     queue_timeout_s: float = Field(30.0, ge=0)
     request_timeout_s: float = Field(600.0, gt=0)
     max_tokens_cap: int = Field(4096, ge=1)
+    max_body_bytes: int = Field(1 << 20, ge=1)
     api_key: str | None = None
 
 

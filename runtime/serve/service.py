@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import Any
+import logging
+from functools import partial
+from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -15,9 +15,13 @@ from lookahead_reasoning.runtime.config import LookaheadConfig, SamplingConfig
 from lookahead_reasoning.runtime.connection import Connection
 from lookahead_reasoning.runtime.depth import make_depth_policy
 from lookahead_reasoning.runtime.engine import make_engine
-from lookahead_reasoning.runtime.errors import ServerFailure, TimeLimitExceeded, first_line
+from lookahead_reasoning.errors import Cancelled, LookaheadError, ServerFailure, TimeLimitExceeded
 from lookahead_reasoning.runtime.results import LookaheadResult
+from lookahead_reasoning.runtime.serve.jobs import Job, Runner, client_closed, timed_out
 from lookahead_reasoning.runtime.serve.schemas import AR_MODEL, APIError, SamplingRequest, ServeSettings
+from lookahead_reasoning.verifiers.registry import resolve_threshold, verifier_model
+
+log = logging.getLogger(__name__)
 
 
 class Metrics:
@@ -38,10 +42,10 @@ class LookaheadService:
 
     def __init__(self, connection: Connection, config: LookaheadConfig, settings: ServeSettings):
         self.connection = connection
-        self.config = config
+        self.config = _with_threshold(connection, config)
         self.settings = settings
         self.metrics = Metrics()
-        self.slots = asyncio.Semaphore(settings.max_concurrent)
+        self.runner = Runner(settings.max_concurrent, settings.queue_timeout_s, settings.request_timeout_s)
         # one depth policy and cost model for all requests: under load every request sees that branches
         # stopped being free, and backs off toward AR together; when load falls the probes see it
         self.policy = make_depth_policy(config, config.engine)
@@ -59,25 +63,35 @@ class LookaheadService:
             )
         return LookaheadConfig(**{**self.config.model_dump(), **update})
 
-    def run(self, prompt: str | list[dict], config: LookaheadConfig, model: str, on_step=None) -> dict:
-        """Blocking: render the prompt, run LR or AR, return text, finish reason, usage and statistics."""
-        deadline = time.monotonic() + self.settings.request_timeout_s
+    async def start(self, prompt: str | list[dict], config: LookaheadConfig, model: str, on_step=None) -> Job:
+        """Wait for a slot (429 when none frees in time), then run the request on the request pool."""
+        return await self.runner.start(partial(self.run, prompt, config, model, on_step))
+
+    def run(self, prompt: str | list[dict], config: LookaheadConfig, model: str, on_step,
+            is_cancelled: Callable[[], bool], deadline: float) -> dict:
+        """Blocking: render the prompt, run LR or AR, return text, finish reason, usage and statistics.
+
+        LR starts no round once `is_cancelled()` or past `deadline` (time.monotonic()).
+        """
         models = self.connection.step_models(config)
         try:
             text_prompt = prompt if isinstance(prompt, str) else render_conversation(self.connection.backends["target"], prompt)
             if model == AR_MODEL:
                 return self._run_ar(models, text_prompt, config, on_step)
             engine = make_engine(config, models, self.connection.verifier_for(config), on_step=on_step,
-                                 deadline=deadline, policy=self.policy)
+                                 deadline=deadline, policy=self.policy, is_cancelled=is_cancelled)
             result = engine.continue_from(text_prompt)
         except (ServerFailure, BackendError) as error:
             raise _downstream(error) from None
         except TimeLimitExceeded:
-            raise APIError(504, f"the request exceeded its time limit of {self.settings.request_timeout_s:g} s",
-                           "timeout_error") from None
+            raise timed_out(self.settings.request_timeout_s) from None
+        except Cancelled:
+            raise client_closed() from None
         self.metrics.acceptance.observe(result.stats.acceptance_rate or 0.0)
         for record in result.round_log:
             self.metrics.steps_per_round.observe(len(record.kept))
+        if result.stats.degraded:
+            log.warning("request degraded: %s", "; ".join(result.stats.degraded))
         return {
             "text": result.text,
             "finish_reason": "stop" if result.stats.finish == "eos" else "length",
@@ -97,11 +111,27 @@ class LookaheadService:
         }
 
 
+def _with_threshold(connection: Connection, config: LookaheadConfig) -> LookaheadConfig:
+    """`config` with its verifier threshold resolved once, at start-up: a saved calibration is read
+    now, so a calibration file that breaks or changes later cannot fail requests."""
+    if config.verifier_threshold is not None:
+        return config
+    backends = connection.backends
+    model = verifier_model(config.verifier, backends["judge"], backends["target"], config.embedding_model)
+    try:
+        threshold = resolve_threshold(config.verifier, None, model)
+    except (ValueError, OSError) as error:
+        raise LookaheadError(f"verifier {config.verifier}: {error}") from None
+    return config.model_copy(update={"verifier_threshold": threshold})
+
+
 def _downstream(error: Exception) -> APIError:
-    message = first_line(error)
-    if "HTTP 400" in message:  # SGLang refused the input, e.g. longer than the context
-        return APIError(400, f"the target server refused the prompt: {message}", param="messages")
-    return APIError(503, f"a downstream SGLang server failed: {message}", "service_unavailable")
+    """The client's error for a failed server: no URL, no response body (those go to the log)."""
+    log.warning("downstream failure: %s", error)
+    if "HTTP 400" in str(error):  # SGLang refused the input, e.g. longer than the context
+        return APIError(400, "the target server refused the prompt (is it longer than the model's context?)",
+                        param="messages")
+    return APIError(503, "a downstream SGLang server failed; the server log has the details", "service_unavailable")
 
 
 def _usage(prompt: int, completion: int) -> dict:
@@ -119,6 +149,6 @@ def _statistics(result: LookaheadResult) -> dict:
         "draft_steps_kept": sum(1 for x in result.steps if x.source == "draft"),
         "target_steps_kept": sum(1 for x in result.steps if x.source == "target"),
         "wall_time_s": s.wall_time_s,
-        "degraded": s.degraded,
+        "degraded": [note.split(": ", 1)[0] for note in s.degraded],  # what failed, without the error's URL
         "cost_model": s.cost_model.model_dump() if s.cost_model else None,
     }

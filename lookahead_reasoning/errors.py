@@ -1,4 +1,7 @@
-"""Errors that reach the user as one line, never as a traceback."""
+"""Errors that reach the user as one line, never as a traceback.
+
+Below every layer (programs, verifiers, runtime, eval, cli): any of them may raise these.
+"""
 
 from pydantic import ValidationError
 

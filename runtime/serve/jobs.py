@@ -1,0 +1,82 @@
+"""A request's work on the request pool: a concurrency slot, a deadline, and cancellation.
+
+The slot is given back when the worker thread has finished, not when the client stops
+waiting: a client that leaves cancels its work (no new round starts), and the next
+request gets the slot once that work has really stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Awaitable, Callable
+
+from lookahead_reasoning.runtime.serve.schemas import APIError
+
+Work = Callable[[Callable[[], bool], float], dict]  # (is_cancelled, deadline) -> the answer
+
+
+class Job:
+    def __init__(self, future: Future, cancelled: threading.Event, deadline: float, limit_s: float):
+        self.future = asyncio.wrap_future(future)
+        # a job whose client left or timed out has nobody to read its error: not worth a warning
+        self.future.add_done_callback(lambda done: done.cancelled() or done.exception())
+        self.deadline = deadline  # time.monotonic()
+        self.limit_s = limit_s
+        self._cancelled = cancelled
+
+    def cancel(self) -> None:
+        """Ask the work to stop: the engine starts no new round (a request in flight runs out)."""
+        self._cancelled.set()
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    async def result(self, disconnected: Awaitable[None]) -> dict:
+        """The answer; APIError 504 at the deadline, 499 when `disconnected` comes first.
+
+        Either way the work is cancelled; the future itself never is, so the slot stays taken
+        until the thread ends.
+        """
+        watch = asyncio.ensure_future(disconnected)
+        try:
+            done, _ = await asyncio.wait({self.future, watch}, timeout=self.remaining(),
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+        if self.future in done:
+            return self.future.result()
+        self.cancel()
+        raise client_closed() if watch in done else timed_out(self.limit_s)
+
+
+class Runner:
+    """Runs work on a pool with one thread per slot; callers beyond the slots wait, then get 429."""
+
+    def __init__(self, slots: int, queue_timeout_s: float, request_timeout_s: float):
+        self.queue_timeout_s, self.request_timeout_s = queue_timeout_s, request_timeout_s
+        self.slots = asyncio.Semaphore(slots)
+        self.pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="lookahead-request")
+
+    async def start(self, work: Work) -> Job:
+        try:
+            await asyncio.wait_for(self.slots.acquire(), timeout=self.queue_timeout_s)
+        except asyncio.TimeoutError:
+            raise APIError(429, "too many concurrent requests; try again later", "rate_limit_error") from None
+        loop = asyncio.get_running_loop()
+        cancelled = threading.Event()
+        deadline = time.monotonic() + self.request_timeout_s
+        future = self.pool.submit(work, cancelled.is_set, deadline)
+        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.slots.release))
+        return Job(future, cancelled, deadline, self.request_timeout_s)
+
+
+def timed_out(limit_s: float) -> APIError:
+    return APIError(504, f"the request exceeded its time limit of {limit_s:g} s", "timeout_error")
+
+
+def client_closed() -> APIError:
+    """For the metrics only: nobody is left to read it."""
+    return APIError(499, "the client closed the request", "client_closed_request")
