@@ -126,6 +126,17 @@ def test_launch_run_json_supervise_and_die_with_the_launcher(tmp_path):
         assert again.stats.degraded == [] and again.stats.draft_steps_accepted == 1
         servers.append(os.getpgid(_server_pid(int(spec["draft"]["url"].rsplit(":", 1)[1]))))
 
+        # a stalled draft (SIGSTOP): the run waits no longer than the draft's timeout, then goes on with target steps
+        stalled = LookaheadReasoner(load_endpoints(endpoints), LookaheadConfig(depth=2, max_tokens=64, draft_timeout_s=3))
+        os.killpg(servers[-1], signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            slow = stalled.run("What is two and three?")
+            assert time.monotonic() - started < 30
+        finally:
+            os.killpg(servers[-1], signal.SIGCONT)
+        assert slow.text == out["text"] and slow.stats.degraded[0].startswith("draft failed")
+
         # SIGKILL leaves the launcher no chance to clean up: its servers die with it all the same
         os.kill(launcher.pid, signal.SIGKILL)
         launcher.wait(10)
@@ -243,3 +254,35 @@ def test_launch_dry_run_prints_the_exact_commands_and_starts_nothing(capsys):
     assert lines[3].endswith("--model-path Qwen/Qwen2.5-0.5B-Instruct --host 127.0.0.1 --port 30001")
     cpu = invoke(capsys, "launch", "--draft", "tiny-draft", "--target", "tiny", "--device", "cpu", "--dry-run")
     assert "SGLANG_USE_CPU_ENGINE=1" in cpu.stdout and "--device cpu --dtype float32" in cpu.stdout
+
+
+@pytest.mark.server
+def test_ctrl_c_during_start_up_stops_at_once(tmp_path):
+    endpoints, log = tmp_path / "endpoints.json", tmp_path / "launch.log"
+    launcher = _launch(endpoints, "tiny-draft", "tiny", log)
+    try:
+        _wait_for(lambda: "starting draft server" in log.read_text(), launcher, log, "starting the servers", 120)
+        pgids = [os.getpgid(pid) for pid in _children(launcher.pid)]
+        assert pgids  # the servers are starting, not yet ready
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(30) == 130
+        assert not endpoints.exists()
+        deadline = time.monotonic() + 30
+        while _group_members(pgids) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _group_members(pgids) == []
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+
+
+def _children(parent: int) -> list[int]:
+    """Processes whose parent is `parent`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return found
