@@ -10,6 +10,8 @@
 
 It prints one JSON object: the answer, the tool, the verdict and the LR statistics.
 The parent program runs on the target's server, the same model the reasoner's target uses.
+That server may be SGLang's router in front of replicas (`lookahead launch --target-replicas 2`):
+`select` then scores each choice with its own request (the router refuses SGLang's batched one).
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ def check_router_installed() -> None:
     import importlib.util
 
     if importlib.util.find_spec("sglang_router") is None:
-        raise LookaheadError("replicas need SGLang's router: pip install 'lookahead-reasoning[router]' (sglang-router==0.3.2)")
+        raise LookaheadError("replicas need SGLang's router: pip install sglang-router==0.3.2 (the project's router extra)")
 
 
 def reachable(url: str, timeout_s: float = 5.0) -> bool:

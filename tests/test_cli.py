@@ -97,7 +97,8 @@ def test_launch_run_json_supervise_and_die_with_the_launcher(tmp_path):
         assert spec["judge"]["url"] == spec["target"]["url"] != spec["draft"]["url"]
         servers = [os.getpgid(_server_pid(int(spec[role]["url"].rsplit(":", 1)[1]))) for role in ("draft", "target")]
 
-        proc = lookahead("run", "What is two and three?", "--endpoints", str(endpoints), "--json", "--baseline")
+        proc = lookahead("run", "What is two and three?", "--endpoints", str(endpoints), "--depth", "2", "--json",
+                         "--baseline")
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)  # exactly one JSON object on stdout
         assert out["text"] == "We add two and three\n\nHence \\boxed{5}"
