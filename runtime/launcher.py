@@ -12,52 +12,52 @@ launcher. A role given a router URL uses that router, and nothing is started for
 
 CPU mode (docs/cpu.md) sets SGLANG_USE_CPU_ENGINE=1, float32, --sleep-on-idle (an idle
 scheduler otherwise spins a whole core), --disable-overlap-schedule and a bounded KV
-pool, and puts an empty `common_ops` module on the server's PYTHONPATH: sgl_kernel
-imports it unconditionally and finds no CUDA library on a CPU-only machine. That
-module is a stand-in that lets the CPU server start, not a feature.
+pool, and puts the `common_ops` stand-in on the server's PYTHONPATH (server_models.py).
+Router commands are in router.py.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
-
-import requests
+from typing import Callable
 
 from lookahead_reasoning.runtime import offline_models
 from lookahead_reasoning.runtime.endpoints import ROLES, Endpoint, Endpoints
-from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.runtime.processes import (
-    answers, dies_with_parent, free_port, port_in_use, process_start_time, running, stop_group,
+    answers,
+    dies_with_parent,
+    free_port,
+    port_in_use,
+    process_start_time,
+    running,
+    stop_group,
+)
+from lookahead_reasoning.runtime.router import (
+    ROUTER_POLICIES,
+    check_router_installed,
+    plain_text,
+    reachable,
+    router_command,
+)
+from lookahead_reasoning.runtime.server_models import (
+    check_model,
+    cpu_stub_dir,
+    detect_device,
+    flag_values,
+    gpus_per_server,
+    resolve_model,
+    resolve_path,
+    without_flag,
 )
 
-HF_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
-
-
-ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
-
-# Flags every router we start gets (before the user's --router-args, which may override them).
-# A request that fails on a replica is retried (5 tries, 0.3 s then twice as long each time,
-# 4.5 s in all) and each try is routed again; health checks every 2 s take a dead replica out
-# after one failure, so the later tries go to the replicas that answer, and take it back after
-# two good checks. The circuit breaker is off: sglang-router 0.3.2 counts a request's HTTP 4xx
-# against its replica, so a few bad requests (a prompt over the context length) would shut
-# healthy replicas out.
-ROUTER_DEFAULT_ARGS = [
-    "--disable-circuit-breaker",
-    "--health-check-interval-secs", "2", "--health-failure-threshold", "1", "--health-success-threshold", "2",
-    "--retry-initial-backoff-ms", "300", "--retry-backoff-multiplier", "2",
-    "--shutdown-grace-period-secs", "5",
-]
+from lookahead_reasoning.errors import LookaheadError
 
 
 @dataclass
@@ -80,57 +80,6 @@ class ServerSpec:
     def routed(self) -> bool:
         """Whether the roles are served through a router (one we start, or one given by URL)."""
         return self.replicas > 1 or self.router_url is not None
-
-
-def check_model(model: str) -> None:
-    """Fail early, before anything is prepared or started, on a model that cannot be served."""
-    if model in offline_models.MODEL_NAMES:
-        return
-    path = Path(model).expanduser()
-    if path.exists():
-        if not (path / "config.json").exists():
-            raise LookaheadError(f"model folder {path} has no config.json")
-        return
-    if HF_ID.match(model) and not model.startswith("."):
-        return
-    if model.startswith(("/", ".", "~")) or os.sep in model:
-        raise LookaheadError(f"model folder {model} does not exist")
-    raise LookaheadError(
-        f"unknown model {model!r}: give a folder, a Hugging Face id, or one of {', '.join(offline_models.MODEL_NAMES)}"
-    )
-
-
-def resolve_model(model: str, log: Callable[[str], None]) -> tuple[str, str | None]:
-    """(model path for SGLang, frontend chat template name or None)."""
-    check_model(model)
-    if model in offline_models.MODEL_NAMES:
-        log(f"preparing offline model {model}")
-        return str(offline_models.prepare(model, log=log)), offline_models.chat_template_for(model)
-    return resolve_path(model), None
-
-
-def resolve_path(model: str) -> str:
-    """A model folder as an absolute path; a Hugging Face id as it is."""
-    path = Path(model).expanduser()
-    return str(path.resolve()) if path.exists() else model
-
-
-def detect_device() -> str:
-    try:
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except Exception:
-        return "cpu"
-
-
-def _cpu_stub_dir() -> Path:
-    stub = offline_models.cache_root().parent / "cpu-stub"
-    stub.mkdir(parents=True, exist_ok=True)
-    module = stub / "common_ops.py"
-    if not module.exists():
-        module.write_text('"""Empty stand-in for sgl_kernel\'s CUDA ops on a CPU-only machine (see launcher)."""\n')
-    return stub
 
 
 @dataclass
@@ -184,114 +133,7 @@ class ServerProcess:
         except OSError:
             return ""
         errors = [l for l in lines if "Error" in l or "error" in l or "ERROR" in l]
-        return _plain((errors or lines or [""])[-1]).strip()[:300]
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _plain(line: str) -> str:
-    """A log line without terminal colours (the router colours its log)."""
-    return _ANSI.sub("", line)
-
-
-def router_command(worker_urls: list[str], port: int, policy: str = "cache_aware", metrics_port: int | None = None,
-                   extra_args: list[str] | None = None) -> list[str]:
-    """The exact command that starts SGLang's router (`sglang-router`) over `worker_urls` on 127.0.0.1:`port`."""
-    return [
-        sys.executable, "-m", "sglang_router.launch_router",
-        "--worker-urls", *worker_urls,
-        "--policy", policy,
-        "--host", "127.0.0.1", "--port", str(port),
-        # its Prometheus exporter binds 0.0.0.0:29000 unless told otherwise: two routers would collide
-        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port or free_port()),
-        *ROUTER_DEFAULT_ARGS, *(extra_args or []),
-    ]
-
-
-def check_router_installed() -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("sglang_router") is None:
-        raise LookaheadError("replicas need SGLang's router: pip install sglang-router==0.3.2 (the project's router extra)")
-
-
-def reachable(url: str, timeout_s: float = 5.0) -> bool:
-    """Whether anything answers HTTP at `url` (any status: a router without healthy workers yet counts)."""
-    try:
-        requests.get(url + "/health", timeout=timeout_s)
-        return True
-    except requests.RequestException:
-        return False
-
-
-_GPU_FLAGS = {"--tp": 1, "--tp-size": 1, "--tensor-parallel-size": 1, "--dp": 1, "--dp-size": 1,
-              "--data-parallel-size": 1, "--pp": 1, "--pp-size": 1, "--pipeline-parallel-size": 1}
-
-
-def _flag_values(args: list[str]) -> dict[str, str]:
-    """--flag value and --flag=value pairs of a server command line."""
-    values = {}
-    for i, arg in enumerate(args):
-        if "=" in arg and arg.startswith("--"):
-            key, value = arg.split("=", 1)
-            values[key] = value
-        elif arg.startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
-            values[arg] = args[i + 1]
-    return values
-
-
-def gpus_per_server(args: list[str]) -> int:
-    """GPUs one SGLang server takes: tensor × data × pipeline parallel sizes of its flags."""
-    values = _flag_values(args)
-    sizes = {"tp": 1, "dp": 1, "pp": 1}
-    for flag in _GPU_FLAGS:
-        if flag in values:
-            try:
-                sizes[flag[2:4]] = int(values[flag])
-            except ValueError:
-                raise LookaheadError(f"server flag {flag} needs a number, got {values[flag]!r}") from None
-    return sizes["tp"] * sizes["dp"] * sizes["pp"]
-
-
-def _without_flag(args: list[str], flag: str) -> list[str]:
-    out, skip = [], False
-    for i, arg in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        if arg == flag:
-            skip = i + 1 < len(args)
-            continue
-        if arg.startswith(flag + "="):
-            continue
-        out.append(arg)
-    return out
-
-
-@contextmanager
-def running_router(worker_urls: list[str], policy: str = "cache_aware", log_path: Path | None = None,
-                   startup_timeout_s: float = 120.0, extra_args: list[str] | None = None) -> Iterator[str]:
-    """A router over servers started elsewhere, for as long as the block runs; yields its URL."""
-    check_router_installed()
-    port = free_port()
-    command = router_command(worker_urls, port, policy, extra_args=extra_args)
-    log_path = log_path or Path(os.devnull)
-    with open(log_path, "ab") as log_file:
-        process = subprocess.Popen(dies_with_parent(command), stdout=log_file, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + startup_timeout_s
-        while not answers(url, timeout_s=5):
-            if process.poll() is not None:
-                raise LookaheadError(f"the {policy} router exited during start-up (log {log_path})")
-            if time.monotonic() > deadline:
-                raise LookaheadError(f"the {policy} router did not start within {startup_timeout_s:g} s")
-            time.sleep(0.5)
-        yield url
-    finally:
-        stop_group(process, 20.0)
+        return plain_text((errors or lines or [""])[-1]).strip()[:300]
 
 
 class ServerGroup:
@@ -425,8 +267,8 @@ class ServerGroup:
         extra = spec.extra_args
         if self.device == "cuda" and replica and spec.replicas > 1:
             # replicas on one machine take disjoint GPUs: replica i starts at base + (i-1) × (tp × dp × pp)
-            base = int(_flag_values(extra).get("--base-gpu-id", 0))
-            extra = [*_without_flag(extra, "--base-gpu-id"),
+            base = int(flag_values(extra).get("--base-gpu-id", 0))
+            extra = [*without_flag(extra, "--base-gpu-id"),
                      "--base-gpu-id", str(base + (replica - 1) * gpus_per_server(extra))]
         return cmd + extra
 
@@ -437,7 +279,7 @@ class ServerGroup:
     def dry_run(self) -> list[str]:
         """The exact commands `start` would run (ports chosen now where none were given), nothing started."""
         lines = []
-        env = "SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=" + shlex.quote(str(_cpu_stub_dir())) + " " \
+        env = "SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=" + shlex.quote(str(cpu_stub_dir())) + " " \
             if self.device == "cpu" else ""
         for spec in self.specs:
             if spec.router_url is not None:
@@ -461,7 +303,7 @@ class ServerGroup:
         env = dict(os.environ)
         if self.device == "cpu":
             env["SGLANG_USE_CPU_ENGINE"] = "1"
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_cpu_stub_dir()), env.get("PYTHONPATH")) if p)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(cpu_stub_dir()), env.get("PYTHONPATH")) if p)
         return env
 
     def _spawn(self, command: list[str], env: dict[str, str] | None, log_path: Path) -> subprocess.Popen:
