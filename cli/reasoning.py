@@ -96,6 +96,8 @@ def demo(
                 "decides; the summary says what it found.[/]"
             )
         reasoner = LookaheadReasoner(group.endpoints(), config)
+        if hasattr(reasoner.policy, "measure_drafting"):
+            reasoner.policy.measure_drafting = True  # the summary reports c, j and α, so draft at least once
         err.print(f"[bold]question:[/] {question}")
         with err.status("lookahead reasoning…"):
             result = reasoner.run(question, on_round=RoundPrinter(err, reasoner.policy))

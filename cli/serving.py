@@ -55,7 +55,7 @@ def launch(
     launcher gives up on a draft or judge server (runs stay degraded), or stops on a target.
 
     Replicas: --target-replicas N starts N target servers and one SGLang router in front of
-    them (pip install 'lookahead-reasoning[router]'); the endpoints file points the target
+    them (the router extra: pip install sglang-router==0.3.2); the endpoints file points the target
     (and the judge it serves) at the router. A dead replica is restarted while the router
     sends requests to the others. --target-router-url URL uses a router you started
     (`python -m sglang_router.launch_router --worker-urls ...`) instead.
@@ -137,6 +137,9 @@ def serve(
     max_tokens_cap: int = typer.Option(4096, help="largest max_tokens a request may ask for"),
     max_body_bytes: int = typer.Option(1 << 20, help="largest request body in bytes; a larger one gets 413"),
     api_key: ApiKey = None,
+    reasoning_parser: Optional[str] = typer.Option(
+        None, help="split a think section into reasoning_content with SGLang's reasoning parser of this name "
+        "(e.g. deepseek-r1, qwen3), as SGLang's server does"),
 ):
     """Serve an OpenAI-compatible API that answers with lookahead reasoning."""
     from lookahead_reasoning.runtime.processes import port_in_use
@@ -146,7 +149,11 @@ def serve(
                          max_tokens=max_tokens_cap, request_timeout_s=min(request_timeout, 300.0))
     settings = validated(ServeSettings, max_concurrent=max_concurrent, queue_timeout_s=queue_timeout,
                          request_timeout_s=request_timeout, max_tokens_cap=max_tokens_cap,
-                         max_body_bytes=max_body_bytes, api_key=api_key)
+                         max_body_bytes=max_body_bytes, api_key=api_key, reasoning_parser=reasoning_parser)
+    if reasoning_parser:
+        from lookahead_reasoning.runtime.serve.text import check_reasoning_parser
+
+        check_reasoning_parser(reasoning_parser)  # before connecting: a wrong name is one line, at once
     if port_in_use(port, host):
         raise LookaheadError(f"port {port} is already in use")
     server_set = endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)

@@ -28,6 +28,7 @@ the programs here use neither.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import threading
 import time
@@ -117,6 +118,14 @@ class LookaheadEndpoint(RuntimeEndpoint):
             self._seen[key] += 1
         digest = hashlib.sha256(f"{self.seed}:{key}:{count}".encode()).digest()
         return int.from_bytes(digest[:7], "big")
+
+    def with_seed(self, seed: int | None) -> LookaheadEndpoint:
+        """This backend (same server, session and chat template) with `seed` and sample counts of its own:
+        one request's seed, which neither changes nor depends on what other requests send."""
+        view = copy.copy(self)
+        view.seed = seed
+        view._seen, view._seen_lock = Counter(), threading.Lock()
+        return view
 
     def flush_cache(self):
         self._request("POST", "/flush_cache")

@@ -10,6 +10,8 @@ from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.verifiers.base import Verifier
 from lookahead_reasoning.verifiers.registry import make_verifier
 
+Backends = dict[str, LookaheadEndpoint]  # role -> backend
+
 
 def role_timeouts(config: LookaheadConfig) -> dict[str, float]:
     """Seconds one request to each role's server may take. The draft and judge get less than the
@@ -26,7 +28,8 @@ class Connection:
     """Backends for the three roles (shared where roles share a URL and timeout), programs and verifier.
 
     Backends are thread-safe and shared; `step_models(config)` and `verifier_for(config)` are
-    cheap, so a server can bind per-request settings (temperature, top_p) to them.
+    cheap, so a server can bind per-request settings (temperature, top_p) to them. A request
+    with a seed of its own runs on `seeded(seed)`: views of the same backends with that seed.
     """
 
     def __init__(self, endpoints: Endpoints, config: LookaheadConfig):
@@ -52,22 +55,35 @@ class Connection:
         self.models = self.step_models(config)
         self.verifier = self.verifier_for(config)
 
-    def step_models(self, config: LookaheadConfig) -> SGLangStepModels:
-        """The programs bound to these backends with `config`'s step and sampling settings."""
+    def seeded(self, seed: int | None) -> Backends:
+        """role -> a view of its backend that sends `seed` (as SGLang's sampling_seed when sampling),
+        with sample counts of its own: the same seed and request give the same seeds, whatever
+        else runs at the time. Roles that share a backend share its view."""
+        views: dict[int, LookaheadEndpoint] = {}
+        for backend in self.backends.values():
+            if id(backend) not in views:
+                views[id(backend)] = backend.with_seed(seed)
+        return {role: views[id(backend)] for role, backend in self.backends.items()}
+
+    def step_models(self, config: LookaheadConfig, backends: Backends | None = None) -> SGLangStepModels:
+        """The programs bound to these backends (or `backends`, e.g. `seeded(...)`) with `config`'s
+        step and sampling settings."""
+        backends = backends or self.backends
         return SGLangStepModels(
-            draft=self.backends["draft"],
-            target=self.backends["target"],
+            draft=backends["draft"],
+            target=backends["target"],
             delimiter=config.delimiter,
             max_step_tokens=config.max_step_tokens,
             draft_sampling=config.draft_sampling.to_program(),
             target_sampling=config.target_sampling.to_program(),
         )
 
-    def verifier_for(self, config: LookaheadConfig) -> Verifier:
+    def verifier_for(self, config: LookaheadConfig, backends: Backends | None = None) -> Verifier:
+        backends = backends or self.backends
         try:
             return make_verifier(
-                config.verifier, config.verifier_threshold, judge_backend=self.backends["judge"],
-                target_backend=self.backends["target"], embedding_model=config.embedding_model, seed=config.seed,
+                config.verifier, config.verifier_threshold, judge_backend=backends["judge"],
+                target_backend=backends["target"], embedding_model=config.embedding_model, seed=config.seed,
             )
         except (ValueError, OSError) as error:
             raise LookaheadError(f"verifier {config.verifier}: {error}") from None

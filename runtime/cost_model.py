@@ -167,6 +167,12 @@ class CostModel:
             return t1 is not None and slope is not None and self._draft.value is not None
 
     @property
+    def slope_known(self) -> bool:
+        """Target requests were timed at different loads, so what an extra branch costs is known."""
+        with self._lock:
+            return self._fit()[1] is not None
+
+    @property
     def target_alone_unknown(self) -> bool:
         """No target request has been timed yet at the least load: an AR round would tell."""
         with self._lock:

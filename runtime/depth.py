@@ -51,6 +51,8 @@ class DepthPolicy(Protocol):
 
     def peek_depth(self) -> int: ...
 
+    def fork_probe(self) -> bool: ...
+
     def observe(self, record: RoundRecord) -> None: ...
 
     def cost_estimate(self) -> CostEstimate | None: ...
@@ -71,6 +73,9 @@ class FixedDepth:
 
     def peek_depth(self) -> int:
         return self.depth
+
+    def fork_probe(self) -> bool:
+        return False
 
     def observe(self, record: RoundRecord) -> None:
         pass
@@ -97,6 +102,10 @@ class AdaptiveDepth:
         self.ar_rounds = 0  # AR rounds since the last probe
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.mean_branches = 1.0  # target requests per round, forgetting: what another run has in flight
+        self._fork_probe = False  # the next AR round runs the target step twice in one fork, to measure B(2)
+        # draft once (γ = 1) even when the branches alone rule lookahead out, to measure c, j and α for a
+        # report (`lookahead demo`); runs that only want the answer fast leave this off
+        self.measure_drafting = False
 
     def run_started(self) -> None:
         with self._lock:
@@ -117,13 +126,28 @@ class AdaptiveDepth:
         # a weak prior: a strong one drags α̂ toward ½ and the chosen γ too low when α is high
         return (self.accepted + 0.5) / (self.accepted + self.rejected + 1.0)
 
+    @property
+    def _forks_itself(self) -> bool:
+        """Whether AR rounds of this engine can fork (the async chain pipeline sends lone target steps)."""
+        return not (self.mode == "async" and self.width == 1)
+
+    def _ceiling(self) -> float:
+        """The speedup drafting would give if every draft were accepted, free and judged for free:
+        when even that is at most 1, the branches alone make lookahead lose, whatever the draft."""
+        return best_depth(self.mode, 0.999, 1e-3, 0.0, self.max_depth, self.width, self._branch_cost,
+                          self.max_nodes)[1]
+
     def _plan(self) -> tuple[int, float]:
-        """(γ, expected speedup) under the current estimates; (initial, nan) until the costs are known."""
+        """(γ, expected speedup) under the current estimates; nan where it is not known yet."""
         c = self.costs.c()
         if self.costs.target_alone_unknown:
-            return 0, math.nan
+            return 0, math.nan  # an AR round measures the lone target step
+        if not self.costs.slope_known:
+            return (0, math.nan) if self._forks_itself else (self.initial, math.nan)  # a fork probe, or a fork
+        if self._ceiling() <= 1.0 + 1e-9:
+            return (1, math.nan) if self.measure_drafting and c is None else (0, 1.0)
         if c is None or not self.costs.ready:
-            return self.initial, math.nan
+            return self.initial, math.nan  # branches may pay: draft to measure the draft and the verifier
         alpha = min(self.alpha, 0.999)
         load = self._concurrency()
         judge = self.costs.judge_cost(self.max_depth, load)  # j grows with γ: plan with its largest value, refine
@@ -134,15 +158,22 @@ class AdaptiveDepth:
                                         self.max_depth, self.width, self._branch_cost, self.max_nodes)
         return depth, speedup
 
+    def _probe_is_a_fork(self) -> bool:
+        """Probe the branches alone (cheap) while they make lookahead lose; else draft one step."""
+        return self._forks_itself and (self.costs.c() is None or self._ceiling() <= 1.0 + 1e-9)
+
     def probe_spacing(self) -> int:
         """AR rounds between probes, so that a probe's loss against AR stays within PROBE_BUDGET."""
         c = self.costs.c()
-        if c is None:
+        if self._probe_is_a_fork():
+            loss = self._branch_cost(2) - 1.0  # the same step twice in one fork, against once
+        elif c is None:
             return PROBE_SPACING[0]
-        speedup = engine_speedup(self.mode, 1, min(self.alpha, 0.999), max(c, 1e-3),
-                                 self.costs.judge_cost(1, self._concurrency()), self.width, self._branch_cost,
-                                 self.max_nodes)
-        loss = max(0.0, 1.0 / speedup - 1.0)  # extra time of a γ = 1 round over an AR round, in AR rounds
+        else:
+            speedup = engine_speedup(self.mode, 1, min(self.alpha, 0.999), max(c, 1e-3),
+                                     self.costs.judge_cost(1, self._concurrency()), self.width, self._branch_cost,
+                                     self.max_nodes)
+            loss = max(0.0, 1.0 / speedup - 1.0)  # extra time of a γ = 1 round over an AR round, in AR rounds
         return min(PROBE_SPACING[1], max(PROBE_SPACING[0], math.ceil(loss / PROBE_BUDGET)))
 
     def peek_depth(self) -> int:
@@ -152,12 +183,24 @@ class AdaptiveDepth:
     def next_depth(self) -> int:
         with self._lock:
             depth = self._plan()[0]
-            if depth == 0 and self.costs.ready:
-                self.ar_rounds += 1
-                if self.ar_rounds >= self.probe_spacing():
-                    self.ar_rounds = 0
+            if depth or self.costs.target_alone_unknown:
+                return depth
+            if not self.costs.slope_known:
+                self._fork_probe = True
+                return 0
+            self.ar_rounds += 1
+            if self.ar_rounds >= self.probe_spacing():
+                self.ar_rounds = 0
+                if not self._probe_is_a_fork():
                     return 1
-            return depth
+                self._fork_probe = True
+            return 0
+
+    def fork_probe(self) -> bool:
+        """Whether this AR round should write its target step twice in one fork (it measures B(2))."""
+        with self._lock:
+            wanted, self._fork_probe = self._fork_probe, False
+            return wanted
 
     def observe(self, record: RoundRecord) -> None:
         with self._lock:

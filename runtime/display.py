@@ -124,14 +124,16 @@ GPU_LIKE = {"c": 0.05, "judge": 0.1}  # a small draft and a one-token judge answ
 def print_cost_story(console: Console, result: LookaheadResult, engine: str = "sync") -> None:
     """What the run measured, what the policy decided and why, and what the same α would give on a GPU."""
     estimate = result.stats.cost_model
-    if estimate is None or estimate.c is None or not estimate.branch_cost:
+    if estimate is None or not estimate.branch_cost:
         console.print("the adaptive policy had too little data to judge the costs (a fixed γ ran)")
         return
     b = ", ".join(f"B({n}) = {v:.2f}" for n, v in estimate.branch_cost.items())
     j = "n/a" if estimate.j is None else f"{estimate.j:.2f}"
     alpha = result.stats.acceptance_rate if result.stats.acceptance_rate is not None else estimate.alpha
-    console.print(f"[bold]measured:[/] {b} (a fork of n branches over one target step), c = {estimate.c:.2f}, "
-                  f"j = {j} (one judged pair, in target steps), α = {alpha:.2f}")
+    c = "n/a (never drafted)" if estimate.c is None else f"{estimate.c:.2f}"
+    shown_alpha = "n/a" if alpha is None else f"{alpha:.2f}"
+    console.print(f"[bold]measured:[/] {b} (a fork of n branches over one target step), c = {c}, "
+                  f"j = {j} (one judged pair, in target steps), α = {shown_alpha}")
     if estimate.planned_depth == 0:
         worst = max(estimate.branch_cost.values())
         console.print(f"[bold]decision:[/] branches cost up to {worst:.1f}× one step here, so LR would lose: "
@@ -139,6 +141,8 @@ def print_cost_story(console: Console, result: LookaheadResult, engine: str = "s
     else:
         console.print(f"[bold]decision:[/] drafting γ = {estimate.planned_depth}, expected "
                       f"{estimate.expected_speedup:.2f}× AR at these costs")
+    if alpha is None:
+        return
     depth, speedup = best_depth(engine, min(alpha, 0.999), GPU_LIKE["c"], GPU_LIKE["judge"])
     console.print(f"[bold]projection (theory, not a measurement):[/] at α = {alpha:.2f} on a GPU where branches "
                   f"are free (B = 1, c = {GPU_LIKE['c']}, j = {GPU_LIKE['judge']}), γ = {depth} would give "

@@ -176,6 +176,8 @@ class Engine:
         t1 = time.perf_counter()
         branches = target_branches(tree, bonus)
         continuations = ["" if b == ROOT else tree.nodes[b].path for b in branches]
+        if not tree.nodes and self.policy.fork_probe():
+            continuations.append("")  # the same step twice in one fork: what a second branch costs, B(2)
         try:
             # after the first round the prefix was written by a target branch: already in the cache
             targets = self.models.target(run.prefix, continuations, cap, commit_prefix=not run.log)
@@ -183,7 +185,7 @@ class Engine:
             raise target_failed(error) from None
         if len(targets) != len(continuations):
             raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
-        run.metrics.count_tokens("target", targets)  # the first round's root branch gives the run's prompt tokens
+        run.metrics.count_tokens("target", targets[: len(branches)])  # the first round's root branch gives the run's prompt tokens
         target_after = dict(zip(branches, targets))
         t2 = time.perf_counter()
 

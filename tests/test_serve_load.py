@@ -30,8 +30,9 @@ def _ask(url: str, n: int = 1, concurrency: int = 1) -> None:
 
 
 def test_serve_backs_off_under_load_and_drafts_again_when_it_falls(sim_servers):
-    with sim_servers(draft={"decode_ms": 1.0, **SIM}, target={"decode_ms": 10.0, **SIM},
-                     judge={"decode_ms": 2.0, "alpha": 0.9}) as sims:
+    # slow enough that the simulated timing, not the test machine, decides what a branch costs
+    with sim_servers(draft={"decode_ms": 2.0, **SIM}, target={"decode_ms": 25.0, **SIM},
+                     judge={"decode_ms": 4.0, "alpha": 0.9}) as sims:
         config = LookaheadConfig(adaptive_depth=True, depth=2, max_tokens=400, max_step_tokens=12)
         app = build_app(Connection(sims.endpoints(), config), config, ServeSettings(max_concurrent=4))
         policy = app.state.service.policy

@@ -5,6 +5,13 @@ shapes, `stream: true` as server-sent events with one chunk per kept step), GET
 /v1/models, GET /health (readiness: checks the three SGLang servers, cached for a
 second), GET /health/live (liveness: no key, no downstream call), GET /metrics (Prometheus).
 
+Honoured request fields: temperature, top_p, max_tokens and max_completion_tokens (the
+smaller), stop (up to 4 strings: the answer ends before the first, streaming never sends
+past it, and no new round starts once one is seen), seed (SGLang's sampling_seed, per
+request), stream; messages may use the developer role (as system) and lists of text
+parts. With a reasoning parser (SGLang's, by name) a chat answer's think section becomes
+reasoning_content.
+
 Two model ids are served: `lookahead` (lookahead reasoning) and `target` (the target
 alone, plain AR, for comparisons behind the same server). Every response carries its
 statistics in an extra `lookahead` field; `usage` counts real tokens.
@@ -29,7 +36,8 @@ internal URLs or downstream bodies (those are logged). If the draft or judge ser
 fails, the request still completes with target steps and `lookahead.degraded` says so.
 
 Modules: `schemas` (the contract), `body` (reading a body within limits), `jobs` (slots,
-deadline, cancellation), `health` (readiness), `service` (running a request), `app` (HTTP).
+deadline, cancellation), `health` (readiness), `text` (stop strings, reasoning split),
+`service` (running a request), `app` (HTTP).
 """
 
 from lookahead_reasoning.runtime.serve.app import build_app, serve

@@ -29,12 +29,15 @@ from lookahead_reasoning.runtime.serve.schemas import (
     AR_MODEL, LR_MODEL, APIError, ChatRequest, CompletionRequest, SamplingRequest, ServeSettings,
 )
 from lookahead_reasoning.runtime.serve.service import LookaheadService
+from lookahead_reasoning.runtime.serve.text import ThinkSplit, check_reasoning_parser, split_reasoning
 
 Kind = Literal["chat", "text"]
 log = logging.getLogger(__name__)
 
 
 def build_app(connection: Connection, config: LookaheadConfig, settings: ServeSettings) -> FastAPI:
+    if settings.reasoning_parser:
+        check_reasoning_parser(settings.reasoning_parser)  # an unknown name stops start-up; the import happens now
     service = LookaheadService(connection, config, settings)
     readiness = Readiness(connection)
     app = FastAPI(title="lookahead-reasoning")
@@ -143,6 +146,8 @@ async def _handle(service: LookaheadService, request: Request, schema: type[Samp
     prompt: str | list[dict] = [m.model_dump() for m in body.messages] if kind == "chat" else body.prompt
     route = request.url.path
     response_id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+    # a think section becomes reasoning_content, as SGLang's server does with --reasoning-parser
+    parser = service.settings.reasoning_parser if kind == "chat" and body.separate_reasoning else None
     if body.stream:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
@@ -151,26 +156,28 @@ async def _handle(service: LookaheadService, request: Request, schema: type[Samp
             text = step if isinstance(step, str) else step.text
             loop.call_soon_threadsafe(queue.put_nowait, ("step", text))
 
-        job = await service.start(prompt, config, model, on_step)
+        job = await service.start(prompt, config, model, on_step, body.stop)
         # the job's end follows its steps in the queue: the worker posts both, steps first
         job.future.add_done_callback(lambda _: queue.put_nowait(("end", None)))
         return StreamingResponse(
-            _stream(service, job, queue, model, kind, response_id, route, started),
+            _stream(service, job, queue, model, kind, response_id, route, started, parser),
             media_type="text/event-stream",
             background=BackgroundTask(job.cancel),  # also when the stream never started
         )
-    job = await service.start(prompt, config, model)
+    job = await service.start(prompt, config, model, stop=body.stop)
     try:
         out = await job.result(_disconnected(request))
     finally:
         job.cancel()  # nothing to stop when it is done; otherwise the client left or the deadline passed
     service.metrics.requests.labels(route, "200").inc()
     service.metrics.latency.labels(route).observe(time.perf_counter() - started)
-    choice = (
-        {"index": 0, "message": {"role": "assistant", "content": out["text"]}, "finish_reason": out["finish_reason"]}
-        if kind == "chat"
-        else {"index": 0, "text": out["text"], "logprobs": None, "finish_reason": out["finish_reason"]}
-    )
+    if kind == "chat":
+        message = {"role": "assistant", "content": out["text"]}
+        if parser:
+            message["reasoning_content"], message["content"] = split_reasoning(parser, out["text"])
+        choice = {"index": 0, "message": message, "finish_reason": out["finish_reason"]}
+    else:
+        choice = {"index": 0, "text": out["text"], "logprobs": None, "finish_reason": out["finish_reason"]}
     return {
         "id": response_id, "object": "chat.completion" if kind == "chat" else "text_completion",
         "created": int(time.time()), "model": model, "choices": [choice],
@@ -185,33 +192,43 @@ async def _disconnected(request: Request) -> None:
 
 
 async def _stream(service: LookaheadService, job: Job, queue: asyncio.Queue, model, kind: Kind, response_id, route,
-                  started):
+                  started, parser: str | None = None):
     """Server-sent events: a chunk per kept step as it is kept, a final chunk, then [DONE].
 
-    When the client leaves, Starlette cancels this generator: its work is cancelled too.
+    With a reasoning parser, a chat stream's text goes out as `delta.reasoning_content` while
+    it is in the think section, then as `delta.content`. When the client leaves, Starlette
+    cancels this generator: its work is cancelled too.
     """
     created = int(time.time())
     obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+    split = ThinkSplit(parser) if parser else None
 
-    def chunk(delta_text: str | None, finish: str | None = None, extra: dict | None = None, first: bool = False) -> str:
+    def chunk(delta: dict, finish: str | None = None, extra: dict | None = None) -> str:
         if kind == "chat":
-            delta: dict = {"role": "assistant"} if first else {}
-            if delta_text:
-                delta["content"] = delta_text
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
         else:
-            choice = {"index": 0, "text": delta_text or "", "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "text": delta.get("content", ""), "logprobs": None, "finish_reason": finish}
         payload = {"id": response_id, "object": obj, "created": created, "model": model, "choices": [choice], **(extra or {})}
         return f"data: {json.dumps(payload)}\n\n"
 
+    def deltas(reasoning: str, content: str):
+        if reasoning:
+            yield chunk({"reasoning_content": reasoning})
+        if content:
+            yield chunk({"content": content})
+
     status = "499"  # unless the stream ends
     try:
-        yield chunk(None, first=True)
+        yield chunk({"role": "assistant"})
         try:
             async for text in _steps(job, queue):
-                yield chunk(text)
+                for event in deltas(*split.feed(text)) if split else deltas("", text):
+                    yield event
             out = job.future.result()
-            yield chunk(None, out["finish_reason"], {"usage": out["usage"], "lookahead": out["lookahead"]})
+            if split:
+                for event in deltas(*split.end()):
+                    yield event
+            yield chunk({}, out["finish_reason"], {"usage": out["usage"], "lookahead": out["lookahead"]})
             status = "200"
         except APIError as error:
             status = str(error.status)

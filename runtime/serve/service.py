@@ -9,16 +9,18 @@ from typing import Any, Callable
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from lookahead_reasoning.programs.backend import BackendError
-from lookahead_reasoning.programs.roles import render_conversation
+from lookahead_reasoning.programs.roles import SGLangStepModels, render_conversation
+from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.runtime.baseline import continue_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig, SamplingConfig
 from lookahead_reasoning.runtime.connection import Connection
 from lookahead_reasoning.runtime.depth import make_depth_policy
 from lookahead_reasoning.runtime.engine import make_engine
 from lookahead_reasoning.errors import Cancelled, LookaheadError, ServerFailure, TimeLimitExceeded
-from lookahead_reasoning.runtime.results import LookaheadResult
+from lookahead_reasoning.runtime.results import LookaheadResult, RoundRecord
 from lookahead_reasoning.runtime.serve.jobs import Job, Runner, client_closed, timed_out
 from lookahead_reasoning.runtime.serve.schemas import AR_MODEL, APIError, SamplingRequest, ServeSettings
+from lookahead_reasoning.runtime.serve.text import StopText
 from lookahead_reasoning.verifiers.registry import resolve_threshold, verifier_model
 
 log = logging.getLogger(__name__)
@@ -51,10 +53,16 @@ class LookaheadService:
         self.policy = make_depth_policy(config, config.engine)
 
     def request_config(self, body: SamplingRequest) -> LookaheadConfig:
-        max_tokens = body.max_tokens or min(self.config.max_tokens, self.settings.max_tokens_cap)
-        if max_tokens > self.settings.max_tokens_cap:
-            raise APIError(400, f"max_tokens must be at most {self.settings.max_tokens_cap}", param="max_tokens")
+        """The server's config with the request's settings: token cap, sampling, seed."""
+        given = {name: value for name in ("max_tokens", "max_completion_tokens")
+                 if (value := getattr(body, name)) is not None}
+        for param, value in given.items():  # each is checked; both given: the smaller one holds
+            if value > self.settings.max_tokens_cap:
+                raise APIError(400, f"{param} must be at most {self.settings.max_tokens_cap}", param=param)
+        max_tokens = min(given.values(), default=min(self.config.max_tokens, self.settings.max_tokens_cap))
         update: dict[str, Any] = {"max_tokens": max_tokens}
+        if body.seed is not None:
+            update["seed"] = body.seed
         for role in ("draft_sampling", "target_sampling"):
             current: SamplingConfig = getattr(self.config, role)
             update[role] = SamplingConfig(
@@ -63,52 +71,144 @@ class LookaheadService:
             )
         return LookaheadConfig(**{**self.config.model_dump(), **update})
 
-    async def start(self, prompt: str | list[dict], config: LookaheadConfig, model: str, on_step=None) -> Job:
+    async def start(self, prompt: str | list[dict], config: LookaheadConfig, model: str, on_step=None,
+                    stop: list[str] | None = None) -> Job:
         """Wait for a slot (429 when none frees in time), then run the request on the request pool."""
-        return await self.runner.start(partial(self.run, prompt, config, model, on_step))
+        return await self.runner.start(partial(self.run, prompt, config, model, on_step, stop or []))
 
-    def run(self, prompt: str | list[dict], config: LookaheadConfig, model: str, on_step,
+    def run(self, prompt: str | list[dict], config: LookaheadConfig, model: str, on_step, stop: list[str],
             is_cancelled: Callable[[], bool], deadline: float) -> dict:
         """Blocking: render the prompt, run LR or AR, return text, finish reason, usage and statistics.
 
-        LR starts no round once `is_cancelled()` or past `deadline` (time.monotonic()).
+        `on_step(text)` gets the answer's text as it grows, never past a stop string. LR starts no
+        round once `is_cancelled()`, once a stop string is seen, or past `deadline` (time.monotonic()).
         """
-        models = self.connection.step_models(config)
+        # a seeded run gets its own view of the backends: the seeds it sends depend on nothing else running
+        backends = self.connection.seeded(config.seed) if config.seed is not None else None
+        models = _Ledger(self.connection.step_models(config, backends))
+        cut = StopText(stop)
+
+        def kept(step) -> None:
+            released = cut.feed(step if isinstance(step, str) else step.text)
+            if released and on_step is not None:
+                on_step(released)
+
         try:
-            text_prompt = prompt if isinstance(prompt, str) else render_conversation(self.connection.backends["target"], prompt)
+            text_prompt = prompt if isinstance(prompt, str) else render_conversation(models.target_backend, prompt)
             if model == AR_MODEL:
-                return self._run_ar(models, text_prompt, config, on_step)
-            engine = make_engine(config, models, self.connection.verifier_for(config), on_step=on_step,
-                                 deadline=deadline, policy=self.policy, is_cancelled=is_cancelled)
-            result = engine.continue_from(text_prompt)
+                return self._finish(self._run_ar(models, text_prompt, config, kept), cut, on_step)
+            rounds: list[RoundRecord] = []
+            engine = make_engine(config, models, self.connection.verifier_for(config, backends), on_step=kept,
+                                 on_round=rounds.append, deadline=deadline, policy=self.policy,
+                                 is_cancelled=lambda: cut.hit or is_cancelled())
+            try:
+                result = engine.continue_from(text_prompt)
+            except Cancelled:
+                if not cut.hit:
+                    raise
+                out = _stopped_early(models, rounds)
+                self._observe(out["lookahead"]["acceptance_rate"], rounds)
+                return self._finish(out, cut, on_step)
         except (ServerFailure, BackendError) as error:
             raise _downstream(error) from None
         except TimeLimitExceeded:
             raise timed_out(self.settings.request_timeout_s) from None
         except Cancelled:
             raise client_closed() from None
-        self.metrics.acceptance.observe(result.stats.acceptance_rate or 0.0)
-        for record in result.round_log:
-            self.metrics.steps_per_round.observe(len(record.kept))
+        self._observe(result.stats.acceptance_rate, result.round_log)
         if result.stats.degraded:
             log.warning("request degraded: %s", "; ".join(result.stats.degraded))
-        return {
+        return self._finish({
             "text": result.text,
             "finish_reason": "stop" if result.stats.finish == "eos" else "length",
             "usage": _usage(result.stats.prompt_tokens, result.stats.output_tokens),
             "lookahead": _statistics(result),
-        }
+        }, cut, on_step)
+
+    def _observe(self, acceptance_rate: float | None, rounds: list[RoundRecord]) -> None:
+        self.metrics.acceptance.observe(acceptance_rate or 0.0)
+        for record in rounds:
+            self.metrics.steps_per_round.observe(len(record.kept))
+
+    @staticmethod
+    def _finish(out: dict, cut: StopText, on_step) -> dict:
+        """The answer cut at a stop string (finish_reason "stop"); the held-back tail goes out when there was none."""
+        tail = cut.flush()
+        if tail and on_step is not None:
+            on_step(tail)
+        if cut.hit:
+            return {**out, "text": cut.text, "finish_reason": "stop"}
+        return out
 
     def _run_ar(self, models, prompt: str, config: LookaheadConfig, on_step) -> dict:
         result = continue_baseline(models, prompt, config)
-        if on_step is not None:
-            on_step(result.text)
+        on_step(result.text)
         return {
             "text": result.text,
             "finish_reason": "stop" if result.finish == "eos" else "length",
             "usage": _usage(result.prompt_tokens, result.output_tokens),
             "lookahead": {"mode": "ar", "wall_time_s": result.wall_time_s},
         }
+
+
+class _Ledger:
+    """Step models that remember what each step they returned cost. A run that a stop string ends
+    early stops with `Cancelled` and no statistics of its own: its usage is read from here."""
+
+    def __init__(self, models: SGLangStepModels):
+        self._models = models
+        self.prompt_tokens: int | None = None  # the bare prompt: the shortest target request
+        self.completion_tokens: dict[str, int] = {}  # step text -> its completion tokens
+
+    def __getattr__(self, name: str):
+        return getattr(self._models, name)
+
+    def _note(self, outputs: list[StepOutput]) -> list[StepOutput]:
+        for output in outputs:
+            self.completion_tokens.setdefault(output.text, output.completion_tokens)
+        return outputs
+
+    def draft(self, *args, **kwargs) -> list[StepOutput]:
+        return self._note(self._models.draft(*args, **kwargs))
+
+    def sample(self, *args, **kwargs) -> list[list[StepOutput]]:
+        groups = self._models.sample(*args, **kwargs)
+        for group in groups:
+            self._note(group)
+        return groups
+
+    def target(self, *args, **kwargs) -> list[StepOutput]:
+        outputs = self._note(self._models.target(*args, **kwargs))
+        shortest = min((o.prompt_tokens for o in outputs), default=None)
+        if shortest is not None and (self.prompt_tokens is None or shortest < self.prompt_tokens):
+            self.prompt_tokens = shortest
+        return outputs
+
+
+def _stopped_early(models: _Ledger, rounds: list[RoundRecord]) -> dict:
+    """The answer of an LR run that a stop string ended: its rounds, and usage from the ledger
+    (completion tokens of every kept step up to the one with the stop string, which counts whole)."""
+    kept = [step for record in rounds for step in record.kept]
+    tokens = sum(models.completion_tokens.get(step.text, 0) for step in kept)
+    judged, accepted = sum(r.positions for r in rounds), sum(r.accepted for r in rounds)
+    return {
+        "text": "".join(step.text for step in kept),
+        "finish_reason": "stop",
+        "usage": _usage(models.prompt_tokens or 0, tokens),
+        "lookahead": {
+            "mode": "lookahead",
+            "rounds": len(rounds),
+            "acceptance_rate": accepted / judged if judged else None,
+            "draft_steps_judged": judged,
+            "draft_steps_accepted": accepted,
+            "draft_steps_kept": sum(1 for x in kept if x.source == "draft"),
+            "target_steps_kept": sum(1 for x in kept if x.source == "target"),
+            "wall_time_s": sum(r.wall_s for r in rounds),
+            "degraded": [],
+            "cost_model": None,
+            "stopped_early": True,
+        },
+    }
 
 
 def _with_threshold(connection: Connection, config: LookaheadConfig) -> LookaheadConfig:
