@@ -149,7 +149,9 @@ def serve(
                          max_tokens=max_tokens_cap, request_timeout_s=min(request_timeout, 300.0))
     settings = validated(ServeSettings, max_concurrent=max_concurrent, queue_timeout_s=queue_timeout,
                          request_timeout_s=request_timeout, max_tokens_cap=max_tokens_cap,
-                         max_body_bytes=max_body_bytes, api_key=api_key, reasoning_parser=reasoning_parser)
+                         max_body_bytes=max_body_bytes, api_key=api_key, reasoning_parser=reasoning_parser,
+                         endpoints_file=None if draft_url or target_url or judge_url
+                         else endpoints or default_endpoints_path())
     if reasoning_parser:
         from lookahead_reasoning.runtime.serve.text import check_reasoning_parser
 

@@ -302,3 +302,16 @@ def test_serve_command_starts_on_loopback_and_refuses_a_busy_port(sims):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(10)
+
+
+def test_health_names_the_roles_the_launcher_is_restarting(sims, tmp_path):
+    endpoints_file = tmp_path / "endpoints.json"
+    endpoints = sim_endpoints(sims)
+    endpoints_file.write_text(endpoints.model_copy(update={"restarting": ["draft"]}).model_dump_json())
+    with Frontend(endpoints, ServeSettings(endpoints_file=endpoints_file)) as frontend:
+        body = requests.get(frontend.url + "/health").json()
+        assert body["servers"] == {"draft": "restarting", "target": "ok", "judge": "ok"}
+        assert body["status"] == "degraded"
+        endpoints_file.write_text(endpoints.model_dump_json())  # the launcher has the draft back
+        time.sleep(CACHE_S + 0.1)
+        assert requests.get(frontend.url + "/health").json()["status"] == "ok"

@@ -39,7 +39,7 @@ def build_app(connection: Connection, config: LookaheadConfig, settings: ServeSe
     if settings.reasoning_parser:
         check_reasoning_parser(settings.reasoning_parser)  # an unknown name stops start-up; the import happens now
     service = LookaheadService(connection, config, settings)
-    readiness = Readiness(connection)
+    readiness = Readiness(connection, settings.endpoints_file)
     app = FastAPI(title="lookahead-reasoning")
     app.state.service = service
     if settings.api_key:

@@ -1,5 +1,7 @@
 """Readiness: are the downstream servers answering? Asked by GET /health.
 
+With the launcher's endpoints file, a role the launcher is restarting reads "restarting".
+
 Checks run on their own small pool with a short timeout, never on the pool that runs
 requests, and one check's answer serves every probe for `CACHE_S`: any number of probes
 costs at most one round of checks per second, and cannot delay a request.
@@ -10,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import requests
 
+from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.runtime.connection import Connection
-from lookahead_reasoning.runtime.endpoints import ROLES
+from lookahead_reasoning.runtime.endpoints import ROLES, load_endpoints
 
 CHECK_TIMEOUT_S = 2.0
 CACHE_S = 1.0
@@ -23,8 +27,9 @@ log = logging.getLogger(__name__)
 
 
 class Readiness:
-    def __init__(self, connection: Connection):
+    def __init__(self, connection: Connection, endpoints_file: Path | None = None):
         self.urls = {role: connection.backends[role].base_url for role in ROLES}
+        self.endpoints_file = endpoints_file
         self.pool = ThreadPoolExecutor(max_workers=len(set(self.urls.values())), thread_name_prefix="lookahead-health")
         self._status: dict[str, str] = {}
         self._checked_at = float("-inf")
@@ -45,11 +50,22 @@ class Readiness:
             urls = sorted(set(self.urls.values()))
             answers = await asyncio.gather(*(loop.run_in_executor(self.pool, self._answers, url) for url in urls))
             ok = dict(zip(urls, answers))
-            self._status = {role: "ok" if ok[url] else "unreachable" for role, url in self.urls.items()}
+            restarting = self._restarting()
+            self._status = {role: "restarting" if role in restarting else "ok" if ok[url] else "unreachable"
+                            for role, url in self.urls.items()}
             self._checked_at = loop.time()
             return self._status
         finally:
             self._pending = None
+
+    def _restarting(self) -> list[str]:
+        if self.endpoints_file is None:
+            return []
+        try:
+            return load_endpoints(self.endpoints_file).restarting
+        except LookaheadError as error:  # the launcher stopped, or rewrote the file: nothing is restarting
+            log.warning("cannot read %s: %s", self.endpoints_file, error)
+            return []
 
     def _answers(self, url: str) -> bool:
         try:

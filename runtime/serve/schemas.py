@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -21,6 +23,8 @@ class ServeSettings(BaseModel):
     max_body_bytes: int = Field(1 << 20, ge=1)
     api_key: str | None = None
     reasoning_parser: str | None = Field(None, description="SGLang reasoning parser name, e.g. deepseek-r1 or qwen3")
+    endpoints_file: Path | None = Field(
+        None, description="the endpoints file of `lookahead launch`: /health names the roles it is restarting")
 
 
 class Message(BaseModel):
