@@ -5,7 +5,6 @@ Over simulated SGLang servers (eval/simserver.py) in threads of this process; th
 split runs on a scripted engine whose output has a think section.
 """
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
