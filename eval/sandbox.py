@@ -203,12 +203,13 @@ def _bwrap_command(bwrap: str, program_fd: int, prelude: str) -> list[str]:
             command += ["--ro-bind", path, path]
     for path in ETC_FILES:
         command += ["--ro-bind-try", path, path]
+    # the scratch tmpfs first: an interpreter that lives under /tmp (a venv in a clone there) is bound over it
+    command += ["--size", str(SCRATCH_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
     for root in roots:
         command += ["--ro-bind", root, root]
     command += [
         "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger",
         "/proc/sysrq-trigger", "--dev", "/dev", "--remount-ro", "/dev",
-        "--size", str(SCRATCH_BYTES), "--perms", "1777", "--tmpfs", "/tmp",
         "--file", str(program_fd), "/tmp/program.py", "--remount-ro", "/", "--chdir", "/tmp",
         "--", executable, "-I", "-B", "-c", prelude,
     ]
