@@ -86,7 +86,14 @@ class LookaheadEndpoint(RuntimeEndpoint):
         url = self.base_url + path
         started = time.perf_counter()
         try:
-            res = self._session.request(method, url, json=payload, headers=headers, timeout=self.timeout_s)
+            try:
+                res = self._session.request(method, url, json=payload, headers=headers, timeout=self.timeout_s)
+            except requests.ConnectionError as error:
+                if isinstance(error, requests.ConnectTimeout):
+                    raise
+                # a kept-alive connection the server closed while idle (uvicorn closes them after 5 s)
+                # fails on reuse: one more try on a fresh connection tells that apart from a dead server
+                res = self._session.request(method, url, json=payload, headers=headers, timeout=self.timeout_s)
             if self.request_log is not None:
                 self.request_log.append((started, time.perf_counter()))
         except requests.Timeout:

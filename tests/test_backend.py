@@ -31,3 +31,43 @@ def test_a_server_without_model_info_is_a_clear_error():
     with UvicornThread(_server("/other")) as server:
         with pytest.raises(BackendError, match="HTTP 404"):
             LookaheadEndpoint(server.url, chat_template="chatml", timeout_s=5)
+
+
+def test_a_connection_dropped_by_the_server_is_tried_once_more():
+    """The first connection is closed without an answer (a kept-alive connection the server dropped);
+    the request goes through on a fresh one, and a server that drops every connection is unreachable."""
+    import json
+    import socket
+    import threading
+
+    from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    body = json.dumps({"model_path": "m"}).encode()
+    drops = {"left": 1}
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                if drops["left"] > 0:
+                    drops["left"] -= 1
+                    continue  # closed without an answer
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = "http://127.0.0.1:%d" % listener.getsockname()[1]
+    try:
+        assert LookaheadEndpoint(url, chat_template="chatml", timeout_s=5).model_info == {"model_path": "m"}
+        drops["left"] = 10**9
+        with pytest.raises(BackendError, match="cannot reach"):
+            LookaheadEndpoint(url, chat_template="chatml", timeout_s=5)
+    finally:
+        listener.close()
