@@ -8,7 +8,7 @@ from lookahead_reasoning.runtime.baseline import run_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.connection import Connection
 from lookahead_reasoning.runtime.cost_model import load_costs, save_costs
-from lookahead_reasoning.runtime.endpoints import Endpoints
+from lookahead_reasoning.runtime.endpoints import ROLES, Endpoints
 from lookahead_reasoning.runtime.depth import make_depth_policy
 from lookahead_reasoning.runtime.engine import Engine, make_engine
 from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord
@@ -54,5 +54,5 @@ class LookaheadReasoner:
 
 def server_set_key(endpoints: Endpoints) -> str:
     """What names a server set for the saved costs: each role's URL and model."""
-    return " ".join(f"{role}={spec.url}({spec.model or '?'})" for role, spec in
-                    (("draft", endpoints.draft), ("target", endpoints.target), ("judge", endpoints.judge)))
+    specs = {role: getattr(endpoints, role) for role in ROLES}
+    return " ".join(f"{role}={spec.url}({spec.model or '?'})" for role, spec in specs.items())
