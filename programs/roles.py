@@ -88,8 +88,10 @@ class SGLangStepModels:
             return list(pool.map(one, prefixes))
 
     def target(
-        self, prefix: str, continuations: list[str], max_step_tokens: int | None = None, commit_prefix: bool = True
+        self, prefix: str, continuations: list[str], max_step_tokens: int | list[int] | None = None,
+        commit_prefix: bool = True,
     ) -> list[StepOutput]:
+        """The target's step after each continuation; `max_step_tokens`: one cap, or one per continuation."""
         state = target_steps.run(
             prefix=prefix,
             continuations=continuations,

@@ -61,6 +61,8 @@ def draft_steps(s, prefix, gamma, delimiter, max_step_tokens, sampling):
 def target_steps(s, prefix, continuations, delimiter, max_step_tokens, sampling, commit_prefix=True):
     """One target step after each of `prefix + continuation`, all in parallel.
 
+    `max_step_tokens` is one cap for every branch, or a list with one cap per branch.
+
     With `commit_prefix` the fork commits `prefix` first, so the server prefills it
     once and every branch reuses it from the radix cache. The commit is one more
     sequential request; when the caller knows the prefix is already cached (it was
@@ -70,10 +72,11 @@ def target_steps(s, prefix, continuations, delimiter, max_step_tokens, sampling,
     if commit_prefix:
         s += prefix
         s.sync()  # fork() commits the prefix only if it sees it already applied; without this it races
+    caps = max_step_tokens if isinstance(max_step_tokens, list) else [max_step_tokens] * len(continuations)
     branches = s.fork(len(continuations))  # forking an empty state commits nothing
-    for branch, continuation in zip(branches, continuations):
+    for branch, continuation, cap in zip(branches, continuations, caps):
         branch += continuation if commit_prefix else prefix + continuation
-        branch += _step_gen("step", delimiter, max_step_tokens, sampling)
+        branch += _step_gen("step", delimiter, cap, sampling)
     s.set_var("steps", read_branches(branches, lambda b: read_step(*checked(b, "step"), delimiter)))
 
 

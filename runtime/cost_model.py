@@ -113,7 +113,8 @@ class CostModel:
     # -- observations ---------------------------------------------------------------
     def observe_target(self, branches: int, seconds: float, longest_tokens: int, others: float = 0.0) -> None:
         """A fork of `branches` target requests took `seconds`, its longest branch wrote `longest_tokens`,
-        while about `others` target requests of other runs were in flight."""
+        while about `others` more target requests were in flight on average (other runs', or a fork
+        probe's short branch)."""
         if branches < 1 or seconds <= 0 or longest_tokens < 1:
             return
         x, y = branches - 1 + max(0.0, others), seconds / longest_tokens

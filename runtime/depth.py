@@ -9,8 +9,13 @@ branch-cost term). With no data, its first round runs the target alone (an AR ro
 advances like any other and measures the lone target step), then it drafts the
 configured γ until a fork and the draft have been measured.
 
-When AR wins it drafts nothing, and now and then drafts one step to see whether things
-changed (a probe): the probes are spaced so that what they cost stays within
+What an extra target branch costs (the slope behind B(n)) is learned from a fork probe:
+an AR round whose fork also writes the first `PROBE_SHARE` of the same step once more.
+The short branch runs beside the real one for k of its L tokens, so the round's time per
+token is t₁(1 + s·k/L): the model fits s from it, at a quarter of the cost of a whole
+second step. When AR wins it drafts nothing, and now and then probes again to see
+whether things changed (a fork probe while the branches alone make lookahead lose,
+else one drafted step): the probes are spaced so that what they cost stays within
 `PROBE_BUDGET` of the run's time.
 
 A tree of width W has W^γ leaves, and each distinct prefix is a target branch; the
@@ -29,7 +34,9 @@ from lookahead_reasoning.runtime.results import RoundRecord
 from lookahead_reasoning.runtime.theory import best_depth, engine_speedup
 
 TREE_NODE_BUDGET = 16  # leaves; the drafting itself is capped by LookaheadConfig.max_tree_nodes
-PROBE_BUDGET = 0.03  # share of the time that probes may cost while AR wins
+PROBE_BUDGET = 0.02  # share of the time that probes may cost while AR wins
+PROBE_SHARE = 0.25  # a fork probe's extra branch writes this share of a step (at least PROBE_MIN_TOKENS)
+PROBE_MIN_TOKENS = 4
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 
 
@@ -51,7 +58,7 @@ class DepthPolicy(Protocol):
 
     def peek_depth(self) -> int: ...
 
-    def fork_probe(self) -> bool: ...
+    def fork_probe(self) -> int: ...
 
     def observe(self, record: RoundRecord) -> None: ...
 
@@ -74,8 +81,8 @@ class FixedDepth:
     def peek_depth(self) -> int:
         return self.depth
 
-    def fork_probe(self) -> bool:
-        return False
+    def fork_probe(self) -> int:
+        return 0
 
     def observe(self, record: RoundRecord) -> None:
         pass
@@ -102,7 +109,7 @@ class AdaptiveDepth:
         self.ar_rounds = 0  # AR rounds since the last probe
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.mean_branches = 1.0  # target requests per round, forgetting: what another run has in flight
-        self._fork_probe = False  # the next AR round runs the target step twice in one fork, to measure B(2)
+        self._fork_probe = False  # the next AR round forks a short second branch beside its step, to measure B(2)
         # draft once (γ = 1) even when the branches alone rule lookahead out, to measure c, j and α for a
         # report (`lookahead demo`); runs that only want the answer fast leave this off
         self.measure_drafting = False
@@ -166,7 +173,7 @@ class AdaptiveDepth:
         """AR rounds between probes, so that a probe's loss against AR stays within PROBE_BUDGET."""
         c = self.costs.c()
         if self._probe_is_a_fork():
-            loss = self._branch_cost(2) - 1.0  # the same step twice in one fork, against once
+            loss = (self._branch_cost(2) - 1.0) * PROBE_SHARE  # a share of the step twice, against once
         elif c is None:
             return PROBE_SPACING[0]
         else:
@@ -196,17 +203,23 @@ class AdaptiveDepth:
                 self._fork_probe = True
             return 0
 
-    def fork_probe(self) -> bool:
-        """Whether this AR round should write its target step twice in one fork (it measures B(2))."""
+    def fork_probe(self) -> int:
+        """The token cap of a short second branch this AR round should fork beside its step (it measures
+        B(2)); 0 for none."""
         with self._lock:
             wanted, self._fork_probe = self._fork_probe, False
-            return wanted
+        if not wanted:
+            return 0
+        step_tokens = self.costs.estimate().step_tokens or PROBE_MIN_TOKENS / PROBE_SHARE
+        return max(PROBE_MIN_TOKENS, math.ceil(PROBE_SHARE * step_tokens))
 
     def observe(self, record: RoundRecord) -> None:
         with self._lock:
             others = (self.active_runs - 1) * self.mean_branches if self.active_runs > 1 else 0.0
             if record.branches:
                 self.mean_branches = 0.9 * self.mean_branches + 0.1 * record.branches
+        if record.probe_tokens and record.target_tokens:  # the probe's branch ran for part of the step
+            others += min(record.probe_tokens, record.target_tokens) / record.target_tokens
         self.costs.observe_target(record.branches, record.target_s, record.target_tokens, others)
         self.costs.observe_draft(record.draft_s, record.draft_tokens)
         if record.judged:

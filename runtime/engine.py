@@ -61,7 +61,8 @@ class StepModels(Protocol):
     def sample(self, prefixes: list[str], width: int, max_step_tokens: int | None = None) -> list[list[StepOutput]]: ...
 
     def target(
-        self, prefix: str, continuations: list[str], max_step_tokens: int | None = None, commit_prefix: bool = True
+        self, prefix: str, continuations: list[str], max_step_tokens: int | list[int] | None = None,
+        commit_prefix: bool = True,
     ) -> list[StepOutput]: ...
 
     def generate(self, prefix: str, max_tokens: int) -> StepOutput: ...
@@ -176,11 +177,14 @@ class Engine:
         t1 = time.perf_counter()
         branches = target_branches(tree, bonus)
         continuations = ["" if b == ROOT else tree.nodes[b].path for b in branches]
-        if not tree.nodes and self.policy.fork_probe():
-            continuations.append("")  # the same step twice in one fork: what a second branch costs, B(2)
+        caps: int | list[int] = cap
+        probe_cap = self.policy.fork_probe() if not tree.nodes else 0
+        if probe_cap:  # the start of the same step once more in the fork: what a second branch costs, B(2)
+            continuations.append("")
+            caps = [cap, min(cap, probe_cap)]
         try:
             # after the first round the prefix was written by a target branch: already in the cache
-            targets = self.models.target(run.prefix, continuations, cap, commit_prefix=not run.log)
+            targets = self.models.target(run.prefix, continuations, caps, commit_prefix=not run.log)
         except Exception as error:
             raise target_failed(error) from None
         if len(targets) != len(continuations):
@@ -208,21 +212,23 @@ class Engine:
                 )
                 for i in judged_nodes
             ],
-            started=started, draft_s=draft_s, target_s=t2 - t1, judge_s=t3 - t2, branches=len(targets),
-            target_tokens=max(t.completion_tokens for t in targets),
+            started=started, draft_s=draft_s, target_s=t2 - t1, judge_s=t3 - t2, branches=len(branches),
+            target_tokens=max(t.completion_tokens for t in targets[: len(branches)]),
+            probe_tokens=targets[-1].completion_tokens if probe_cap else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // max(1, self.config.width),
         )
 
     def _finish_round(
         self, run: _Run, walk: AcceptanceWalk, *, depth: int, judged: list[JudgedDraft], started: float,
         draft_s: float, target_s: float, judge_s: float, branches: int, target_tokens: int, draft_tokens: int,
+        probe_tokens: int = 0,
     ) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
         record = RoundRecord(
             index=len(run.log), depth=depth, judged=judged, accepted=walk.accepted, positions=walk.positions,
             kept=walk.kept, finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos", started=started,
             draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=time.perf_counter() - started,
-            branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens,
+            branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, probe_tokens=probe_tokens,
         )
         run.metrics.observe_round(record, walk.outputs)
         self.policy.observe(record)  # before on_round, so a live view shows what this round taught the policy

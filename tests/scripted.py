@@ -80,12 +80,14 @@ class ScriptedModels:
         return out
 
     def target(
-        self, prefix: str, continuations: list[str], max_step_tokens: int | None = None, commit_prefix: bool = True
+        self, prefix: str, continuations: list[str], max_step_tokens: int | list[int] | None = None,
+        commit_prefix: bool = True,
     ) -> list[StepOutput]:
         self.calls["target"] += 1
         self._check("target")
         text = prefix[len(PROMPT):]
-        return [self.target_model.next_step(text + c, max_step_tokens or 100) for c in continuations]
+        caps = max_step_tokens if isinstance(max_step_tokens, list) else [max_step_tokens or 100] * len(continuations)
+        return [self.target_model.next_step(text + c, cap) for c, cap in zip(continuations, caps)]
 
     def generate(self, prefix: str, max_tokens: int) -> StepOutput:
         self.calls["generate"] += 1

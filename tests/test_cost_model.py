@@ -3,7 +3,7 @@
 import pytest
 
 from lookahead_reasoning.runtime.cost_model import CostModel
-from lookahead_reasoning.runtime.depth import PROBE_BUDGET, AdaptiveDepth
+from lookahead_reasoning.runtime.depth import PROBE_BUDGET, PROBE_SHARE, AdaptiveDepth
 from lookahead_reasoning.runtime.results import JudgedDraft, RoundRecord
 from lookahead_reasoning.runtime.theory import engine_speedup
 
@@ -11,16 +11,18 @@ TOKENS = 20  # tokens per step
 T = 0.05  # seconds per target token alone
 
 
-def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0, branches=None):
+def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0, probe=0):
     """A sync round of γ = depth on servers where a fork of n branches costs branch_cost(n) steps
-    (`branches`: 2 for an AR round that is a fork probe)."""
-    branches = branches or (depth + 1 if depth else 1)
+    (`probe`: the tokens of a fork probe's short second branch beside an AR round's step)."""
+    branches = depth + 1 if depth else 1
     judged = [JudgedDraft(draft="d", target="t", accept=True, score=1.0, method="judge")] * positions
+    share = min(probe, TOKENS) / TOKENS  # of the step, the probe's branch ran beside it for this share
+    target_s = TOKENS * T * (branch_cost(branches) + (branch_cost(2) - 1) * share)
     return RoundRecord(
         index=0, depth=depth, judged=judged if depth else [], accepted=accepted, positions=positions, kept=[],
-        finished=False, started=0.0, draft_s=depth * TOKENS * T * c, target_s=TOKENS * T * branch_cost(branches),
+        finished=False, started=0.0, draft_s=depth * TOKENS * T * c, target_s=target_s,
         judge_s=judge_s if depth else 0.0, wall_s=1.0, branches=branches, target_tokens=TOKENS,
-        draft_tokens=depth * TOKENS,
+        draft_tokens=depth * TOKENS, probe_tokens=probe,
     )
 
 
@@ -67,6 +69,14 @@ def test_estimates_forget_so_they_follow_a_change_in_load():
     assert model.branch_cost(3) > 2.8
 
 
+def test_a_short_fork_probe_measures_the_slope():
+    """The probe's branch runs beside the step for k of its L tokens: time per token t₁(1 + s·k/L)."""
+    model = CostModel(forget=1.0)
+    model.observe_target(1, 20 * 0.05, 20)  # a lone step: 0.05 s per token
+    model.observe_target(1, 20 * 0.05 * (1 + 0.8 * 5 / 20), 20, others=5 / 20)  # a 5-token probe beside it, s = 0.8
+    assert model.estimate().branch_slope == pytest.approx(0.8) and model.branch_cost(3) == pytest.approx(2.6)
+
+
 def test_no_data_means_no_change_and_missing_figures_are_harmless():
     model = CostModel()
     assert not model.ready and model.c() is None and model.branch_cost(4) == 1.0 and model.judge_cost(3) == 0.0
@@ -76,9 +86,11 @@ def test_no_data_means_no_change_and_missing_figures_are_harmless():
     policy = AdaptiveDepth("sync", initial=3, max_depth=8)
     assert policy.next_depth() == 0 and not policy.fork_probe()  # first the target alone: the lone step
     policy.observe(round_record(0, 0, 0, branch_cost=float))
-    assert policy.next_depth() == 0 and policy.fork_probe()  # then the same step twice in one fork: B(2)
+    assert policy.next_depth() == 0
+    probe = policy.fork_probe()  # then a quarter of the same step once more in the fork: B(2)
+    assert probe == TOKENS // 4
     free = lambda n: 1.0  # noqa: E731
-    policy.observe(round_record(0, 0, 0, branch_cost=free, branches=2))
+    policy.observe(round_record(0, 0, 0, branch_cost=free, probe=probe))
     assert [policy.next_depth() for _ in range(3)] == [3, 3, 3]  # branches may pay: fixed γ until it drafted
     assert policy.cost_estimate().expected_speedup is None
 
@@ -87,10 +99,10 @@ def _learn(policy, branch_cost, accept_all=True, rounds=30):
     drafted = 0
     for _ in range(rounds):
         depth = policy.next_depth()
-        probe = 2 if depth == 0 and policy.fork_probe() else None
+        probe = policy.fork_probe() if depth == 0 else 0
         accepted = depth if accept_all else 0
         positions = depth if accept_all else min(depth, 1)
-        policy.observe(round_record(depth, accepted, positions, branch_cost=branch_cost, branches=probe))
+        policy.observe(round_record(depth, accepted, positions, branch_cost=branch_cost, probe=probe))
         drafted += depth > 0
     return drafted
 
@@ -104,10 +116,11 @@ def test_policy_runs_ar_when_branches_cost_linear_time_even_at_full_acceptance()
     probes = 0
     for _ in range(300):
         assert policy.next_depth() == 0
-        probes += policy.fork_probe()  # the probes fork the target alone: cheap, and they watch the load
+        probes += bool(policy.fork_probe())  # the probes fork the target alone: cheap, and they watch the load
     spacing = policy.probe_spacing()
     assert probes >= 1 and spacing >= 6 and probes <= 300 // spacing + 1
-    assert (policy.costs.branch_cost(2) - 1) / spacing <= PROBE_BUDGET  # what the probes cost stays in budget
+    # what the probes cost stays in budget: a quarter step's second branch every `spacing` rounds
+    assert (policy.costs.branch_cost(2) - 1) * PROBE_SHARE / spacing <= PROBE_BUDGET
 
 
 def test_policy_drafts_deep_when_branches_are_free():

@@ -389,3 +389,16 @@ def test_a_draft_failing_inside_an_async_round_keeps_the_target_step_and_counts_
     assert [s.source for s in first.kept] == ["draft", "target"]  # d_1, then t_1: there is no d_2 to judge
     assert (first.accepted, first.positions) == (1, 1)
     assert "draft failed" in result.stats.degraded[0]
+
+
+def test_adaptive_first_rounds_time_the_target_alone_then_a_short_fork_probe():
+    """Round 1 runs the target alone; round 2 forks the first quarter of its step once more (B(2)); the
+    probe's branch is measured, never kept."""
+    steps = [" ".join(f"w{i}x{k}" for k in range(16)) for i in range(4)]
+    models = ScriptedModels(steps)
+    config = LookaheadConfig(depth=2, adaptive_depth=True, max_step_tokens=32)
+    result = SyncEngine(config, models, FastPathVerifier(ScriptedJudge())).run("q")
+    first, second = result.round_log[:2]
+    assert (first.depth, first.branches, first.probe_tokens) == (0, 1, 0)
+    assert (second.depth, second.branches, second.probe_tokens) == (0, 1, 4)  # a quarter of a 16-token step
+    assert result.text == DELIM.join(steps)

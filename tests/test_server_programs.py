@@ -62,6 +62,14 @@ def test_length_cap_gives_a_partial_step(reasoner):
     assert step.ending == "length" and step.completion_tokens == 2
 
 
+def test_each_fork_branch_can_have_its_own_cap(reasoner):
+    """A fork probe: the step, and beside it the same step's first tokens once more."""
+    models = reasoner.connection.models
+    step, probe = models.target(models.prompt(QUESTION), ["", ""], max_step_tokens=[20, 2])
+    assert step.text == STEP_1 and step.ending == "delimiter"
+    assert probe.ending == "length" and probe.completion_tokens == 2 and STEP_1.startswith(probe.text)
+
+
 def test_judge_answers_only_yes_or_no(tiny_endpoints):
     backend = LookaheadEndpoint(tiny_endpoints.judge.url, chat_template="chatml")
     pairs = [
