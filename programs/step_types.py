@@ -35,6 +35,32 @@ class StepOutput:
         return self.ending == "delimiter"
 
 
+def split_steps(output: StepOutput, delimiter: str) -> list[StepOutput]:
+    """Cut a generation of several steps (written without a stop at the delimiter) into steps.
+
+    Every piece but the last ends on the delimiter; the last ends as the generation did (an
+    empty last piece is dropped unless it carries the EOS). The completion tokens are shared
+    out by the pieces' length in characters, at least one each, summing to the whole.
+    """
+    texts = [piece + delimiter for piece in output.text.split(delimiter)]
+    texts[-1] = texts[-1][: -len(delimiter)]
+    if not texts[-1] and len(texts) > 1 and output.ending != "eos":
+        texts.pop()
+    endings: list[Ending] = ["delimiter"] * (len(texts) - 1) + [
+        "delimiter" if texts[-1].endswith(delimiter) else output.ending
+    ]
+    total, length = output.completion_tokens, max(1, len(output.text))
+    bounds, seen = [0], 0
+    for i, text in enumerate(texts[:-1], start=1):
+        seen += len(text)
+        bounds.append(min(total - (len(texts) - i), max(bounds[-1] + 1, round(total * seen / length))))
+    bounds.append(total)
+    return [
+        StepOutput(text, ending, completion_tokens=max(0, bounds[i + 1] - bounds[i]))
+        for i, (text, ending) in enumerate(zip(texts, endings))
+    ]
+
+
 def read_step(text: str, meta: dict, delimiter: str | None) -> StepOutput:
     """Turn a `gen` result and its `meta_info` into a step.
 

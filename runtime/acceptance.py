@@ -88,6 +88,12 @@ class AcceptanceWalk:
             self._keep(target, "target")
         self.ended = True
 
+    def keep_targets(self, steps: list[StepOutput]) -> None:
+        """An AR round that wrote several target steps in one request: all are kept, up to the token cap."""
+        for step in steps:
+            self._keep(step, "target")
+        self.ended = True
+
     def _keep(self, step: StepOutput, source: str, score: float | None = None) -> None:
         if self.capped:
             return

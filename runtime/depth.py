@@ -18,6 +18,12 @@ whether things changed (a fork probe while the branches alone make lookahead los
 else one drafted step): the probes are spaced so that what they cost stays within
 `PROBE_BUDGET` of the run's time.
 
+Between probes, while AR wins, an AR round writes several steps in one request (an AR
+stretch, no stop at the delimiter), as the target alone would: a request per step costs
+client and server work that plain AR does not pay, and under load that alone makes AR
+rounds lose to the target alone. A stretch is at most `AR_STRETCH_STEPS` steps and about
+`AR_STRETCH_SECONDS` long, so deadlines, cancellation and streaming stay responsive.
+
 A tree of width W has W^γ leaves, and each distinct prefix is a target branch; the
 policy caps γ for trees so that W^γ stays within `TREE_NODE_BUDGET` (W = 2: γ ≤ 4).
 """
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import math
 import threading
+from dataclasses import dataclass
 from typing import Protocol
 
 from lookahead_reasoning.runtime.config import LookaheadConfig
@@ -37,6 +44,8 @@ TREE_NODE_BUDGET = 16  # leaves; the drafting itself is capped by LookaheadConfi
 PROBE_BUDGET = 0.02  # share of the time that probes may cost while AR wins
 PROBE_SHARE = 0.25  # a fork probe's extra branch writes this share of a step (at least PROBE_MIN_TOKENS)
 PROBE_MIN_TOKENS = 4
+AR_STRETCH_STEPS = 8  # most steps an AR round writes in one request while AR wins
+AR_STRETCH_SECONDS = 5.0  # ...and about this long at most, so that the run stays responsive
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 
 
@@ -49,16 +58,23 @@ def depth_limit(max_depth: int, width: int) -> int:
     return min(max_depth, limit)
 
 
+@dataclass(frozen=True)
+class RoundPlan:
+    """What the next round does."""
+
+    depth: int  # draft steps; 0: an AR round (the target alone)
+    probe_tokens: int = 0  # an AR round's fork probe: the cap of its short second branch (B(2))
+    stretch_tokens: int = 0  # an AR round that writes several steps in one request: its token cap
+
+
 class DepthPolicy(Protocol):
     def run_started(self) -> None: ...
 
     def run_finished(self) -> None: ...
 
-    def next_depth(self) -> int: ...
+    def next_round(self) -> RoundPlan: ...
 
     def peek_depth(self) -> int: ...
-
-    def fork_probe(self) -> int: ...
 
     def observe(self, record: RoundRecord) -> None: ...
 
@@ -75,14 +91,11 @@ class FixedDepth:
     def run_finished(self) -> None:
         pass
 
-    def next_depth(self) -> int:
-        return self.depth
+    def next_round(self) -> RoundPlan:
+        return RoundPlan(self.depth)
 
     def peek_depth(self) -> int:
         return self.depth
-
-    def fork_probe(self) -> int:
-        return 0
 
     def observe(self, record: RoundRecord) -> None:
         pass
@@ -109,7 +122,6 @@ class AdaptiveDepth:
         self.ar_rounds = 0  # AR rounds since the last probe
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.mean_branches = 1.0  # target requests per round, forgetting: what another run has in flight
-        self._fork_probe = False  # the next AR round forks a short second branch beside its step, to measure B(2)
         # draft once (γ = 1) even when the branches alone rule lookahead out, to measure c, j and α for a
         # report (`lookahead demo`); runs that only want the answer fast leave this off
         self.measure_drafting = False
@@ -187,31 +199,35 @@ class AdaptiveDepth:
         with self._lock:
             return self._plan()[0] or 1
 
-    def next_depth(self) -> int:
+    def next_round(self) -> RoundPlan:
         with self._lock:
             depth = self._plan()[0]
             if depth or self.costs.target_alone_unknown:
-                return depth
+                return RoundPlan(depth)
             if not self.costs.slope_known:
-                self._fork_probe = True
-                return 0
-            self.ar_rounds += 1
-            if self.ar_rounds >= self.probe_spacing():
+                return RoundPlan(0, probe_tokens=self._probe_tokens())
+            spacing = self.probe_spacing()
+            if self.ar_rounds >= spacing:
                 self.ar_rounds = 0
                 if not self._probe_is_a_fork():
-                    return 1
-                self._fork_probe = True
-            return 0
+                    return RoundPlan(1)
+                return RoundPlan(0, probe_tokens=self._probe_tokens())
+            steps, step_tokens = self._stretch(spacing - self.ar_rounds)
+            self.ar_rounds += steps
+            return RoundPlan(0, stretch_tokens=steps * step_tokens if steps > 1 else 0)
 
-    def fork_probe(self) -> int:
-        """The token cap of a short second branch this AR round should fork beside its step (it measures
-        B(2)); 0 for none."""
-        with self._lock:
-            wanted, self._fork_probe = self._fork_probe, False
-        if not wanted:
-            return 0
+    def _probe_tokens(self) -> int:
         step_tokens = self.costs.estimate().step_tokens or PROBE_MIN_TOKENS / PROBE_SHARE
         return max(PROBE_MIN_TOKENS, math.ceil(PROBE_SHARE * step_tokens))
+
+    def _stretch(self, until_probe: int) -> tuple[int, int]:
+        """(steps, tokens per step) of the next AR round: up to the next probe, within the stretch limits."""
+        estimate = self.costs.estimate()
+        if not (estimate.step_tokens and estimate.target_s_per_token):
+            return 1, 0
+        step_s = estimate.step_tokens * estimate.target_s_per_token
+        steps = min(until_probe, AR_STRETCH_STEPS, max(1, math.floor(AR_STRETCH_SECONDS / step_s + 1e-6)))
+        return steps, max(1, round(estimate.step_tokens))
 
     def observe(self, record: RoundRecord) -> None:
         with self._lock:
@@ -220,7 +236,7 @@ class AdaptiveDepth:
                 self.mean_branches = 0.9 * self.mean_branches + 0.1 * record.branches
         if record.probe_tokens and record.target_tokens:  # the probe's branch ran for part of the step
             others += min(record.probe_tokens, record.target_tokens) / record.target_tokens
-        self.costs.observe_target(record.branches, record.target_s, record.target_tokens, others)
+        self.costs.observe_target(record.branches, record.target_s, record.target_tokens, others, record.target_steps)
         self.costs.observe_draft(record.draft_s, record.draft_tokens)
         if record.judged:
             pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)

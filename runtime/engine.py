@@ -35,12 +35,12 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Literal, Protocol
 
-from lookahead_reasoning.programs.step_types import StepOutput
+from lookahead_reasoning.programs.step_types import StepOutput, split_steps
 from lookahead_reasoning.runtime.acceptance import AcceptanceWalk
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.cost_model import CostEstimate
-from lookahead_reasoning.runtime.depth import DepthPolicy, make_depth_policy
+from lookahead_reasoning.runtime.depth import DepthPolicy, RoundPlan, make_depth_policy
 from lookahead_reasoning.errors import (
     Cancelled, LookaheadError, ServerFailure, TimeLimitExceeded, first_line, target_failed,
 )
@@ -169,19 +169,42 @@ class Engine:
     def _draft(self, prefix: str, depth: int, cap: int) -> DraftTree:
         return draft_tree(self.models, prefix, depth, self.config.width, cap, self.config.max_tree_nodes)
 
+    def _plan(self, run: _Run, policy: DepthPolicy) -> RoundPlan:
+        """The next round's plan; once drafting was turned off, AR rounds of one step."""
+        return policy.next_round() if run.drafting else RoundPlan(0)
+
+    def _ar_stretch(self, run: _Run, tokens: int, started: float) -> RoundRecord:
+        """An AR round that writes several steps in one request, as the target alone would (depth.py)."""
+        t1 = time.perf_counter()
+        try:
+            output = self.models.generate(run.prefix, min(tokens, self.config.max_tokens - run.metrics.output_tokens))
+        except Exception as error:
+            raise target_failed(error) from None
+        run.metrics.count_tokens("target", [output])
+        steps = split_steps(output, self.config.delimiter)
+        walk = self._walk(run)
+        walk.keep_targets(steps)
+        return self._finish_round(
+            run, walk, depth=0, judged=[], started=started, draft_s=0.0, target_s=time.perf_counter() - t1,
+            judge_s=0.0, branches=1, target_tokens=output.completion_tokens, draft_tokens=0, target_steps=len(steps),
+        )
+
     def _verify_round(
-        self, run: _Run, tree: DraftTree, bonus: bool, cap: int, draft_s: float, started: float, depth: int
+        self, run: _Run, tree: DraftTree, bonus: bool, cap: int, draft_s: float, started: float, depth: int,
+        probe_tokens: int = 0,
     ) -> RoundRecord:
-        """Target branches, judge, acceptance walk, bookkeeping; returns the round's record."""
+        """Target branches, judge, acceptance walk, bookkeeping; returns the round's record.
+
+        `probe_tokens`: with an empty tree, the cap of a fork probe's short second branch (depth.py)."""
         run.metrics.count_tokens("draft", [node.step for node in tree.nodes])
         t1 = time.perf_counter()
         branches = target_branches(tree, bonus)
         continuations = ["" if b == ROOT else tree.nodes[b].path for b in branches]
         caps: int | list[int] = cap
-        probe_cap = self.policy.fork_probe() if not tree.nodes else 0
-        if probe_cap:  # the start of the same step once more in the fork: what a second branch costs, B(2)
+        probe_tokens = 0 if tree.nodes else probe_tokens
+        if probe_tokens:  # the start of the same step once more in the fork: what a second branch costs, B(2)
             continuations.append("")
-            caps = [cap, min(cap, probe_cap)]
+            caps = [cap, min(cap, probe_tokens)]
         try:
             # after the first round the prefix was written by a target branch: already in the cache
             targets = self.models.target(run.prefix, continuations, caps, commit_prefix=not run.log)
@@ -214,14 +237,14 @@ class Engine:
             ],
             started=started, draft_s=draft_s, target_s=t2 - t1, judge_s=t3 - t2, branches=len(branches),
             target_tokens=max(t.completion_tokens for t in targets[: len(branches)]),
-            probe_tokens=targets[-1].completion_tokens if probe_cap else 0,
+            probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // max(1, self.config.width),
         )
 
     def _finish_round(
         self, run: _Run, walk: AcceptanceWalk, *, depth: int, judged: list[JudgedDraft], started: float,
         draft_s: float, target_s: float, judge_s: float, branches: int, target_tokens: int, draft_tokens: int,
-        probe_tokens: int = 0,
+        probe_tokens: int = 0, target_steps: int = 1,
     ) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
         record = RoundRecord(
@@ -229,6 +252,7 @@ class Engine:
             kept=walk.kept, finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos", started=started,
             draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=time.perf_counter() - started,
             branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, probe_tokens=probe_tokens,
+            target_steps=target_steps,
         )
         run.metrics.observe_round(record, walk.outputs)
         self.policy.observe(record)  # before on_round, so a live view shows what this round taught the policy
@@ -270,14 +294,18 @@ class SyncEngine(Engine):
             self._check_deadline()
             started = time.perf_counter()
             cap = self._cap(run)
-            depth = policy.next_depth() if run.drafting else 0
+            plan = self._plan(run, policy)
             tree = DraftTree([])
-            if depth:
-                try:
-                    tree = self._draft(run.prefix, depth, cap)
-                except Exception as error:
-                    run.draft_failed(error)
-            record = self._verify_round(run, tree, True, cap, time.perf_counter() - started, started, depth)
+            if plan.stretch_tokens:
+                record = self._ar_stretch(run, plan.stretch_tokens, started)
+            else:
+                if plan.depth:
+                    try:
+                        tree = self._draft(run.prefix, plan.depth, cap)
+                    except Exception as error:
+                        run.draft_failed(error)
+                record = self._verify_round(run, tree, True, cap, time.perf_counter() - started, started, plan.depth,
+                                            plan.probe_tokens)
             if self._done(run, record):
                 return
 
@@ -304,16 +332,19 @@ class AsyncEngine(Engine):
         while True:
             self._check_deadline()
             started = time.perf_counter()
-            depth = policy.next_depth() if run.drafting else 0
-            walk = self._walk(run)
-            judged, pipe, judge_s = run_chain_round(self, run, walk, depth, self._cap(run), self._pool)
-            record = self._finish_round(
-                run, walk, depth=depth, judged=judged, started=started, draft_s=sum(pipe.draft_times),
-                target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
-                judge_s=judge_s / max(1, len(judged)), branches=len(pipe.target_times),
-                target_tokens=round(statistics.mean(pipe.target_tokens)) if pipe.target_tokens else 0,
-                draft_tokens=sum(pipe.draft_tokens),
-            )
+            plan = self._plan(run, policy)
+            if plan.stretch_tokens:
+                record = self._ar_stretch(run, plan.stretch_tokens, started)
+            else:
+                walk = self._walk(run)
+                judged, pipe, judge_s = run_chain_round(self, run, walk, plan.depth, self._cap(run), self._pool)
+                record = self._finish_round(
+                    run, walk, depth=plan.depth, judged=judged, started=started, draft_s=sum(pipe.draft_times),
+                    target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
+                    judge_s=judge_s / max(1, len(judged)), branches=len(pipe.target_times),
+                    target_tokens=round(statistics.mean(pipe.target_tokens)) if pipe.target_tokens else 0,
+                    draft_tokens=sum(pipe.draft_tokens),
+                )
             if self._done(run, record):
                 return
 
@@ -329,22 +360,26 @@ class AsyncEngine(Engine):
             self._check_deadline()
             started = time.perf_counter()
             cap = self._cap(run)
-            depth = policy.next_depth() if run.drafting else 0
-            tree, draft_s = DraftTree([]), 0.0
-            if depth:
-                if pending is None or pending_base != run.prefix:  # none yet, or a rejection made it stale
-                    pending = self._pool.submit(self._timed_draft, run.prefix, depth, cap)
-                try:
-                    tree, draft_s = pending.result()
-                except Exception as error:
-                    run.draft_failed(error)
-                pending = None
-                optimistic = tree.optimistic_path()
-                ends = tree.nodes[optimistic[-1]].step if optimistic else None
-                if run.drafting and ends is not None and ends.ending != "eos":
-                    pending_base = run.prefix + tree.text_of(optimistic)
-                    pending = self._pool.submit(self._timed_draft, pending_base, policy.peek_depth(), cap)
-            record = self._verify_round(run, tree, False, cap, draft_s, started, depth)
+            plan = self._plan(run, policy)
+            if plan.stretch_tokens:
+                record = self._ar_stretch(run, plan.stretch_tokens, started)
+            else:
+                depth = plan.depth
+                tree, draft_s = DraftTree([]), 0.0
+                if depth:
+                    if pending is None or pending_base != run.prefix:  # none yet, or a rejection made it stale
+                        pending = self._pool.submit(self._timed_draft, run.prefix, depth, cap)
+                    try:
+                        tree, draft_s = pending.result()
+                    except Exception as error:
+                        run.draft_failed(error)
+                    pending = None
+                    optimistic = tree.optimistic_path()
+                    ends = tree.nodes[optimistic[-1]].step if optimistic else None
+                    if run.drafting and ends is not None and ends.ending != "eos":
+                        pending_base = run.prefix + tree.text_of(optimistic)
+                        pending = self._pool.submit(self._timed_draft, pending_base, policy.peek_depth(), cap)
+                record = self._verify_round(run, tree, False, cap, draft_s, started, depth, plan.probe_tokens)
             if self._done(run, record):
                 return
 

@@ -92,9 +92,9 @@ class ScriptedModels:
     def generate(self, prefix: str, max_tokens: int) -> StepOutput:
         self.calls["generate"] += 1
         self._check("target")
-        text, produced = "", 0
+        written, text, produced = prefix[len(PROMPT):], "", 0
         while produced < max_tokens:
-            step = self.target_model.next_step(text, max_tokens - produced)
+            step = self.target_model.next_step(written + text, max_tokens - produced)
             text += step.text
             produced += max(1, step.completion_tokens)
             if step.ending == "eos":

@@ -3,7 +3,7 @@
 import pytest
 
 from lookahead_reasoning.runtime.cost_model import CostModel
-from lookahead_reasoning.runtime.depth import PROBE_BUDGET, PROBE_SHARE, AdaptiveDepth
+from lookahead_reasoning.runtime.depth import AR_STRETCH_STEPS, PROBE_BUDGET, PROBE_SHARE, AdaptiveDepth, RoundPlan
 from lookahead_reasoning.runtime.results import JudgedDraft, RoundRecord
 from lookahead_reasoning.runtime.theory import engine_speedup
 
@@ -11,18 +11,20 @@ TOKENS = 20  # tokens per step
 T = 0.05  # seconds per target token alone
 
 
-def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0, probe=0):
+def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0, probe=0, stretch=0):
     """A sync round of γ = depth on servers where a fork of n branches costs branch_cost(n) steps
-    (`probe`: the tokens of a fork probe's short second branch beside an AR round's step)."""
+    (`probe`: the tokens of a fork probe's short second branch beside an AR round's step; `stretch`:
+    the tokens of an AR round that wrote several steps in one request)."""
     branches = depth + 1 if depth else 1
+    tokens = stretch or TOKENS
     judged = [JudgedDraft(draft="d", target="t", accept=True, score=1.0, method="judge")] * positions
     share = min(probe, TOKENS) / TOKENS  # of the step, the probe's branch ran beside it for this share
-    target_s = TOKENS * T * (branch_cost(branches) + (branch_cost(2) - 1) * share)
+    target_s = tokens * T * (branch_cost(branches) + (branch_cost(2) - 1) * share)
     return RoundRecord(
         index=0, depth=depth, judged=judged if depth else [], accepted=accepted, positions=positions, kept=[],
         finished=False, started=0.0, draft_s=depth * TOKENS * T * c, target_s=target_s,
-        judge_s=judge_s if depth else 0.0, wall_s=1.0, branches=branches, target_tokens=TOKENS,
-        draft_tokens=depth * TOKENS, probe_tokens=probe,
+        judge_s=judge_s if depth else 0.0, wall_s=1.0, branches=branches, target_tokens=tokens,
+        draft_tokens=depth * TOKENS, probe_tokens=probe, target_steps=tokens // TOKENS,
     )
 
 
@@ -84,25 +86,26 @@ def test_no_data_means_no_change_and_missing_figures_are_harmless():
     model.observe_target(3, 0.0, 10)
     assert model.observations == 0
     policy = AdaptiveDepth("sync", initial=3, max_depth=8)
-    assert policy.next_depth() == 0 and not policy.fork_probe()  # first the target alone: the lone step
+    assert policy.next_round() == RoundPlan(0)  # first the target alone: the lone step
     policy.observe(round_record(0, 0, 0, branch_cost=float))
-    assert policy.next_depth() == 0
-    probe = policy.fork_probe()  # then a quarter of the same step once more in the fork: B(2)
-    assert probe == TOKENS // 4
+    plan = policy.next_round()  # then a quarter of the same step once more in the fork: B(2)
+    assert plan.depth == 0 and plan.probe_tokens == TOKENS // 4
+    probe = plan.probe_tokens
     free = lambda n: 1.0  # noqa: E731
     policy.observe(round_record(0, 0, 0, branch_cost=free, probe=probe))
-    assert [policy.next_depth() for _ in range(3)] == [3, 3, 3]  # branches may pay: fixed γ until it drafted
+    assert [policy.next_round().depth for _ in range(3)] == [3, 3, 3]  # branches may pay: fixed γ until it drafted
     assert policy.cost_estimate().expected_speedup is None
 
 
 def _learn(policy, branch_cost, accept_all=True, rounds=30):
     drafted = 0
     for _ in range(rounds):
-        depth = policy.next_depth()
-        probe = policy.fork_probe() if depth == 0 else 0
+        plan = policy.next_round()
+        depth, probe = plan.depth, plan.probe_tokens
         accepted = depth if accept_all else 0
         positions = depth if accept_all else min(depth, 1)
-        policy.observe(round_record(depth, accepted, positions, branch_cost=branch_cost, probe=probe))
+        policy.observe(round_record(depth, accepted, positions, branch_cost=branch_cost, probe=probe,
+                                    stretch=plan.stretch_tokens))
         drafted += depth > 0
     return drafted
 
@@ -113,21 +116,33 @@ def test_policy_runs_ar_when_branches_cost_linear_time_even_at_full_acceptance()
     assert _learn(policy, linear, rounds=200) == 0  # it never drafts: even free, perfect drafts could not pay
     assert policy.costs.branch_cost(3) == pytest.approx(3.0)
     assert policy.cost_estimate().planned_depth == 0
-    probes = 0
+    probes = steps = 0
     for _ in range(300):
-        assert policy.next_depth() == 0
-        probes += bool(policy.fork_probe())  # the probes fork the target alone: cheap, and they watch the load
+        plan = policy.next_round()
+        assert plan.depth == 0
+        probes += bool(plan.probe_tokens)  # the probes fork the target alone: cheap, and they watch the load
+        steps += plan.stretch_tokens // TOKENS or 1  # between probes, AR rounds write several steps at once
     spacing = policy.probe_spacing()
-    assert probes >= 1 and spacing >= 6 and probes <= 300 // spacing + 1
+    assert probes >= 1 and spacing >= 6 and probes <= steps // spacing + 1
     # what the probes cost stays in budget: a quarter step's second branch every `spacing` rounds
     assert (policy.costs.branch_cost(2) - 1) * PROBE_SHARE / spacing <= PROBE_BUDGET
+
+
+def test_while_ar_wins_ar_rounds_write_several_steps_in_one_request():
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    _learn(policy, float, rounds=40)  # B(n) = n: AR wins; a step takes 20 tokens × 0.05 s = 1 s
+    plans = [policy.next_round() for _ in range(40)]
+    stretches = [p.stretch_tokens // TOKENS for p in plans if p.stretch_tokens]
+    assert stretches and max(stretches) == 5  # as many steps as fit in AR_STRETCH_SECONDS = 5 s
+    assert all(p.stretch_tokens == 0 for p in plans if p.probe_tokens)  # a probe round is one step
+    assert AR_STRETCH_STEPS >= 5 and policy.costs.estimate().step_tokens == pytest.approx(TOKENS)
 
 
 def test_policy_drafts_deep_when_branches_are_free():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     free = lambda n: 1.0  # noqa: E731  an idle GPU
     _learn(policy, free)
-    assert policy.next_depth() >= 4
+    assert policy.next_round().depth >= 4
     estimate = policy.cost_estimate()
     assert estimate.expected_speedup > 2 and estimate.branch_slope == pytest.approx(0.0)
 
@@ -136,7 +151,7 @@ def test_policy_backs_off_when_load_rises_and_drafts_again_when_it_falls():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8, forget=0.8)
     free, linear = (lambda n: 1.0), float
     _learn(policy, free)
-    assert policy.next_depth() >= 3
+    assert policy.next_round().depth >= 3
     _learn(policy, linear, rounds=60)  # load: probes and forks now cost linear time
     assert policy.cost_estimate().planned_depth == 0
     _learn(policy, free, rounds=400)  # load gone: the probes see it

@@ -402,3 +402,26 @@ def test_adaptive_first_rounds_time_the_target_alone_then_a_short_fork_probe():
     assert (first.depth, first.branches, first.probe_tokens) == (0, 1, 0)
     assert (second.depth, second.branches, second.probe_tokens) == (0, 1, 4)  # a quarter of a 16-token step
     assert result.text == DELIM.join(steps)
+
+
+@pytest.mark.parametrize("engine_class", [SyncEngine, AsyncEngine])
+def test_while_ar_wins_the_engine_writes_several_steps_per_request(engine_class):
+    """Branches cost linear time (B(n) = n): AR rounds write up to AR_STRETCH_STEPS steps in one request,
+    cut back into the target's steps; a fork probe comes between stretches."""
+    from lookahead_reasoning.runtime.cost_model import CostModel
+    from lookahead_reasoning.runtime.depth import AdaptiveDepth
+
+    steps = [" ".join(f"w{i}x{k}" for k in range(16)) for i in range(20)]
+    costs = CostModel()
+    costs.observe_target(1, 16 * 0.01, 16)  # a lone step: 0.01 s per token
+    costs.observe_target(1, 16 * 0.01 * 1.25, 16, others=0.25)  # a quarter-step probe beside it: slope 1
+    config = LookaheadConfig(depth=2, adaptive_depth=True, max_step_tokens=32, max_tokens=1000)
+    policy = AdaptiveDepth(engine_class.mode, 2, 8, costs=costs)
+    models = ScriptedModels(steps)
+    result = engine_class(config, models, FastPathVerifier(ScriptedJudge()), policy=policy).run("q")
+    assert result.text == DELIM.join(steps) and result.stats.finish == "eos"
+    assert [s.text for s in result.steps] == [s + DELIM for s in steps[:-1]] + [steps[-1]]
+    # sync: 8 steps, then a fork probe; async (W = 1 pipelines lone target steps): 6 before a drafted probe
+    assert result.round_log[0].target_steps == (8 if engine_class is SyncEngine else 6)
+    assert models.calls["generate"] >= 1
+    assert result.stats.output_tokens == 16 * 20 and result.stats.rounds < 8
