@@ -111,12 +111,10 @@ class CostModel:
             self.observations = observations
 
     # -- observations ---------------------------------------------------------------
-    def observe_target(
-        self, branches: int, seconds: float, longest_tokens: int, others: float = 0.0, steps: int = 1
-    ) -> None:
-        """A fork of `branches` target requests took `seconds`, its longest branch wrote `longest_tokens`
-        in `steps` steps, while about `others` more target requests were in flight on average (other
-        runs', or a fork probe's short branch)."""
+    def observe_target(self, branches: int, seconds: float, longest_tokens: int, others: float = 0.0) -> None:
+        """A fork of `branches` target requests took `seconds`, its longest branch wrote `longest_tokens`,
+        while about `others` more target requests were in flight on average (other runs', or a fork
+        probe's short branch)."""
         if branches < 1 or seconds <= 0 or longest_tokens < 1:
             return
         x, y = branches - 1 + max(0.0, others), seconds / longest_tokens
@@ -125,7 +123,7 @@ class CostModel:
                 avg.add(value)
             if x == 0:
                 self._alone.add(y)
-            self._step_tokens.add(longest_tokens / max(1, steps))
+            self._step_tokens.add(longest_tokens)
             self.observations += 1
 
     def observe_draft(self, seconds: float, tokens: int) -> None:

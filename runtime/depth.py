@@ -5,9 +5,10 @@ acceptance, a Beta(½, ½) prior with exponential forgetting so it follows a cha
 regime) and a CostModel of the servers (cost_model.py: the target alone, forks of n
 branches B(n), the draft's c and the verifier's j). Each round it picks the γ, 0 (plain
 AR) included, with the highest expected speedup under those costs (theory.py with the
-branch-cost term). With no data, its first round runs the target alone (an AR round: it
-advances like any other and measures the lone target step), then it drafts the
-configured γ until a fork and the draft have been measured.
+branch-cost term). With no data, its first rounds run the target alone (AR rounds: they
+advance like any other; the first of a run, which prefills the prompt, is not timed, the
+next measures the lone target step), then it drafts the configured γ until a fork and
+the draft have been measured.
 
 What an extra target branch costs (the slope behind B(n)) is learned from a fork probe:
 an AR round whose fork also writes the first `PROBE_SHARE` of the same step once more.
@@ -23,6 +24,9 @@ stretch, no stop at the delimiter), as the target alone would: a request per ste
 client and server work that plain AR does not pay, and under load that alone makes AR
 rounds lose to the target alone. A stretch is at most `AR_STRETCH_STEPS` steps and about
 `AR_STRETCH_SECONDS` long, so deadlines, cancellation and streaming stay responsive.
+Stretches are not timed (a request's fixed cost spread over several steps would make
+them look cheaper per token than a step); the AR round just before each probe writes a
+lone step, which the probe is measured against.
 
 A tree of width W has W^γ leaves, and each distinct prefix is a target branch; the
 policy caps γ for trees so that W^γ stays within `TREE_NODE_BUDGET` (W = 2: γ ≤ 4).
@@ -212,7 +216,7 @@ class AdaptiveDepth:
                 if not self._probe_is_a_fork():
                     return RoundPlan(1)
                 return RoundPlan(0, probe_tokens=self._probe_tokens())
-            steps, step_tokens = self._stretch(spacing - self.ar_rounds)
+            steps, step_tokens = self._stretch(spacing - self.ar_rounds - 1)  # a lone step just before a probe
             self.ar_rounds += steps
             return RoundPlan(0, stretch_tokens=steps * step_tokens if steps > 1 else 0)
 
@@ -223,7 +227,7 @@ class AdaptiveDepth:
     def _stretch(self, until_probe: int) -> tuple[int, int]:
         """(steps, tokens per step) of the next AR round: up to the next probe, within the stretch limits."""
         estimate = self.costs.estimate()
-        if not (estimate.step_tokens and estimate.target_s_per_token):
+        if until_probe <= 1 or not (estimate.step_tokens and estimate.target_s_per_token):
             return 1, 0
         step_s = estimate.step_tokens * estimate.target_s_per_token
         steps = min(until_probe, AR_STRETCH_STEPS, max(1, math.floor(AR_STRETCH_SECONDS / step_s + 1e-6)))
@@ -236,7 +240,10 @@ class AdaptiveDepth:
                 self.mean_branches = 0.9 * self.mean_branches + 0.1 * record.branches
         if record.probe_tokens and record.target_tokens:  # the probe's branch ran for part of the step
             others += min(record.probe_tokens, record.target_tokens) / record.target_tokens
-        self.costs.observe_target(record.branches, record.target_s, record.target_tokens, others, record.target_steps)
+        # not timed: a run's first round (its request prefills the prompt) and AR stretches (a request's
+        # fixed cost spreads over several steps' tokens, so they would look cheaper per token than a step)
+        if record.index and record.target_steps == 1:
+            self.costs.observe_target(record.branches, record.target_s, record.target_tokens, others)
         self.costs.observe_draft(record.draft_s, record.draft_tokens)
         if record.judged:
             pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)

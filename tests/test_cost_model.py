@@ -14,14 +14,15 @@ T = 0.05  # seconds per target token alone
 def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0, probe=0, stretch=0):
     """A sync round of γ = depth on servers where a fork of n branches costs branch_cost(n) steps
     (`probe`: the tokens of a fork probe's short second branch beside an AR round's step; `stretch`:
-    the tokens of an AR round that wrote several steps in one request)."""
+    the tokens of an AR round that wrote several steps in one request); never a run's first round, which
+    is not timed."""
     branches = depth + 1 if depth else 1
     tokens = stretch or TOKENS
     judged = [JudgedDraft(draft="d", target="t", accept=True, score=1.0, method="judge")] * positions
     share = min(probe, TOKENS) / TOKENS  # of the step, the probe's branch ran beside it for this share
     target_s = tokens * T * (branch_cost(branches) + (branch_cost(2) - 1) * share)
     return RoundRecord(
-        index=0, depth=depth, judged=judged if depth else [], accepted=accepted, positions=positions, kept=[],
+        index=1, depth=depth, judged=judged if depth else [], accepted=accepted, positions=positions, kept=[],
         finished=False, started=0.0, draft_s=depth * TOKENS * T * c, target_s=target_s,
         judge_s=judge_s if depth else 0.0, wall_s=1.0, branches=branches, target_tokens=tokens,
         draft_tokens=depth * TOKENS, probe_tokens=probe, target_steps=tokens // TOKENS,

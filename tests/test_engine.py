@@ -392,15 +392,16 @@ def test_a_draft_failing_inside_an_async_round_keeps_the_target_step_and_counts_
 
 
 def test_adaptive_first_rounds_time_the_target_alone_then_a_short_fork_probe():
-    """Round 1 runs the target alone; round 2 forks the first quarter of its step once more (B(2)); the
-    probe's branch is measured, never kept."""
+    """Rounds 1 and 2 run the target alone (the first prefills the prompt: not timed); round 3 forks the
+    first quarter of its step once more (B(2)); the probe's branch is measured, never kept."""
     steps = [" ".join(f"w{i}x{k}" for k in range(16)) for i in range(4)]
     models = ScriptedModels(steps)
     config = LookaheadConfig(depth=2, adaptive_depth=True, max_step_tokens=32)
     result = SyncEngine(config, models, FastPathVerifier(ScriptedJudge())).run("q")
-    first, second = result.round_log[:2]
+    first, second, third = result.round_log[:3]
     assert (first.depth, first.branches, first.probe_tokens) == (0, 1, 0)
-    assert (second.depth, second.branches, second.probe_tokens) == (0, 1, 4)  # a quarter of a 16-token step
+    assert (second.depth, second.branches, second.probe_tokens) == (0, 1, 0)
+    assert (third.depth, third.branches, third.probe_tokens) == (0, 1, 4)  # a quarter of a 16-token step
     assert result.text == DELIM.join(steps)
 
 
@@ -421,7 +422,8 @@ def test_while_ar_wins_the_engine_writes_several_steps_per_request(engine_class)
     result = engine_class(config, models, FastPathVerifier(ScriptedJudge()), policy=policy).run("q")
     assert result.text == DELIM.join(steps) and result.stats.finish == "eos"
     assert [s.text for s in result.steps] == [s + DELIM for s in steps[:-1]] + [steps[-1]]
-    # sync: 8 steps, then a fork probe; async (W = 1 pipelines lone target steps): 6 before a drafted probe
-    assert result.round_log[0].target_steps == (8 if engine_class is SyncEngine else 6)
+    # sync: 8 steps (a fork probe after 13); async (W = 1 pipelines lone target steps): 5 (a drafted probe
+    # after 6); each probe follows a lone step
+    assert result.round_log[0].target_steps == (8 if engine_class is SyncEngine else 5)
     assert models.calls["generate"] >= 1
     assert result.stats.output_tokens == 16 * 20 and result.stats.rounds < 8
