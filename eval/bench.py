@@ -158,7 +158,8 @@ def run_grid(
                             decided = sum(r.stats.draft_steps_judged for r in results)
                             accepted = sum(r.stats.draft_steps_accepted for r in results)
                             realized = accepted / decided if decided else None
-                            theory_s = _theory(engine, depth, realized if realized is not None else alpha, c, j, width)
+                            theory_s = _theory(engine, depth, realized if realized is not None else alpha, c, j, width,
+                                               alpha)
                             prompt = sum(r.stats.target.prompt_tokens for r in results)
                             cached = sum(r.stats.target.cached_tokens for r in results)
                             measured = ar_s / wall
@@ -175,12 +176,19 @@ def run_grid(
     return points
 
 
-def _theory(engine: str, depth: Depth, alpha: float, c: float, j: float, width: int) -> float:
+def _theory(engine: str, depth: Depth, alpha: float, c: float, j: float, width: int, judge_alpha: float) -> float:
     alpha = min(max(alpha, 0.0), 0.999)
     if depth != "adaptive":
         return theory.engine_speedup(engine, depth, alpha, c, j, width)
-    # adaptive: the best the theory allows at the realized α, within the policy's depth limit
-    return theory.best_depth(engine, alpha, c, j, max_depth=depth_limit(8, width), width=width)[1]
+    if width == 1:  # the best the theory allows at the realized α, within the policy's depth limit
+        return theory.best_depth(engine, alpha, c, j, max_depth=8)[1]
+    # adaptive with trees picks W too, and its rounds mix widths: the best over widths 1..W, each at the
+    # α the simulated judge gives it (it accepts each candidate independently with `judge_alpha`)
+    window = engine == "async"
+    return max([1.0] + [  # AR included
+        theory.engine_speedup(engine, d, min(1 - (1 - judge_alpha) ** w, 0.999), c, j, w, window=window)
+        for w in range(1, width + 1) for d in range(1, depth_limit(8, w) + 1)
+    ])
 
 
 def alpha_shift_check(latency: LatencyModel, default_depth: int = 4, c: float = 0.1, steps: int = 40) -> dict:

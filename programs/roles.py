@@ -6,8 +6,6 @@ decides what to run next; that is the runtime's job.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from lookahead_reasoning.programs.backend import LookaheadEndpoint
 from lookahead_reasoning.programs.judge import JudgeAnswer, judge
 from lookahead_reasoning.programs.prompts import question_message
@@ -51,6 +49,7 @@ class SGLangStepModels:
         max_step_tokens: int,
         draft_sampling: Sampling,
         target_sampling: Sampling,
+        tree_sampling: Sampling | None = None,
     ):
         self.draft_backend = draft
         self.target_backend = target
@@ -58,6 +57,7 @@ class SGLangStepModels:
         self.max_step_tokens = max_step_tokens
         self.draft_sampling = draft_sampling
         self.target_sampling = target_sampling
+        self.tree_sampling = tree_sampling or draft_sampling  # tree candidates (`sample`)
 
     def prompt(self, question: str) -> str:
         return render_question(self.target_backend, question)
@@ -74,18 +74,12 @@ class SGLangStepModels:
         return state.get_var("steps")
 
     def sample(self, prefixes: list[str], width: int, max_step_tokens: int | None = None) -> list[list[StepOutput]]:
-        """`width` sampled next-step candidates after each prefix; all prefixes run concurrently."""
-        def one(prefix: str) -> list[StepOutput]:
-            return sample_steps.run(
-                prefix=prefix, width=width, delimiter=self.delimiter,
-                max_step_tokens=max_step_tokens or self.max_step_tokens, sampling=self.draft_sampling,
-                backend=self.draft_backend,
-            ).get_var("steps")
-
-        if len(prefixes) == 1:
-            return [one(prefixes[0])]
-        with ThreadPoolExecutor(max_workers=len(prefixes)) as pool:
-            return list(pool.map(one, prefixes))
+        """`width` sampled next-step candidates after each prefix: one tree level, in one fork."""
+        return sample_steps.run(
+            prefixes=list(prefixes), width=width, delimiter=self.delimiter,
+            max_step_tokens=max_step_tokens or self.max_step_tokens, sampling=self.tree_sampling,
+            backend=self.draft_backend,
+        ).get_var("steps")
 
     def target(
         self, prefix: str, continuations: list[str], max_step_tokens: int | list[int] | None = None,

@@ -91,14 +91,17 @@ def conversation_prefix(s, messages):
 
 
 @sgl.function
-def sample_steps(s, prefix, width, delimiter, max_step_tokens, sampling):
-    """`width` sampled candidates for the next step after `prefix`, in parallel (tree drafting)."""
-    s += prefix
-    s.sync()  # see target_steps
-    branches = s.fork(width)
-    for branch in branches:
+def sample_steps(s, prefixes, width, delimiter, max_step_tokens, sampling):
+    """`width` sampled candidates for the next step after each of `prefixes`: one level of a draft
+    tree, all in one fork. Nothing is committed first: every prefix extends text the draft server
+    has just written or read (the run so far, the previous level's candidates), so it is mostly
+    in the radix cache already, and the level costs one parallel wave of requests."""
+    branches = s.fork(len(prefixes) * width)  # forking an empty state commits nothing
+    for i, branch in enumerate(branches):
+        branch += prefixes[i // width]
         branch += _step_gen("step", delimiter, max_step_tokens, sampling)
-    s.set_var("steps", read_branches(branches, lambda b: read_step(*checked(b, "step"), delimiter)))
+    steps = read_branches(branches, lambda b: read_step(*checked(b, "step"), delimiter))
+    s.set_var("steps", [steps[i : i + width] for i in range(0, len(steps), width)])
 
 
 @sgl.function

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from lookahead_reasoning.programs.step_types import Sampling
 
@@ -27,7 +27,8 @@ class LookaheadConfig(BaseModel):
     depth: int = Field(4, ge=1, description="γ: draft steps per round (the first γ when adaptive)")
     adaptive_depth: bool = Field(False, description="choose γ each round from the measured α and c")
     max_depth: int = Field(8, ge=1, description="largest γ the adaptive policy may choose")
-    width: int = Field(1, ge=1, description="W: draft candidates per position (tree drafting when > 1)")
+    width: int = Field(1, ge=1, description="W: draft candidates per position (tree drafting when > 1); "
+                       "with adaptive_depth the largest W the policy may choose")
     max_tree_nodes: int = Field(32, ge=1, description="budget of draft nodes per round for W > 1 (W^γ grows fast)")
     engine: Literal["sync", "async"] = Field("sync", description="async overlaps drafting with verification")
     tree_temperature: float = Field(0.8, gt=0.0, description="draft temperature for W > 1 when draft sampling is greedy")
@@ -55,10 +56,10 @@ class LookaheadConfig(BaseModel):
         None, gt=0.0, description="limit on one request to the judge server; None: a quarter of request_timeout_s",
     )
 
-    @model_validator(mode="after")
-    def _tree_needs_sampling(self):
-        if self.width > 1 and self.draft_sampling.temperature == 0.0:
-            object.__setattr__(
-                self, "draft_sampling", SamplingConfig(temperature=self.tree_temperature, top_p=self.draft_sampling.top_p)
-            )
-        return self
+    @property
+    def tree_sampling(self) -> SamplingConfig:
+        """How tree candidates are drafted: as the draft's steps, or at `tree_temperature` when the draft
+        decodes greedily (W greedy samples would all be one). Chains keep the draft's own sampling."""
+        if self.draft_sampling.temperature > 0.0:
+            return self.draft_sampling
+        return SamplingConfig(temperature=self.tree_temperature, top_p=self.draft_sampling.top_p)

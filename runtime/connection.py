@@ -76,6 +76,7 @@ class Connection:
             max_step_tokens=config.max_step_tokens,
             draft_sampling=config.draft_sampling.to_program(),
             target_sampling=config.target_sampling.to_program(),
+            tree_sampling=config.tree_sampling.to_program(),
         )
 
     def verifier_for(self, config: LookaheadConfig, backends: Backends | None = None) -> Verifier:

@@ -1,24 +1,27 @@
 """What a round costs on one set of servers, learned online from the rounds themselves.
 
-Times are per token, since steps differ in length, and every estimate forgets at the
-same rate so the model follows a change in load.
+Steps differ in length, so times are modelled per token, and every estimate forgets at
+the same rate so the model follows a change in load.
 
-The target server: its seconds per token grow with the requests it decodes at once,
-t(a) = t₁ (1 + s (a − 1)), with s = 0 on an idle GPU (a batch costs one request) and
-s ≈ 1 on a CPU or a saturated GPU. Every target request the runs send is an
-observation (a = its fork's width plus what the other runs sharing this model have
-in flight), and t₁ and s are fitted by forgetting least squares. The branch cost the
-theory needs follows: when C runs share the servers and all follow this policy, a
-fork of n branches costs
+The target server: a request of L tokens takes T = o + L·t(a), a fixed cost o (HTTP,
+scheduling, the prefill of the last step) and a time per token that grows with the
+requests the server decodes at once, t(a) = t₁ (1 + s (a − 1)), with s = 0 on an idle
+GPU (a batch costs one request) and s ≈ 1 on a CPU or a saturated GPU. Every timed
+target request the runs send is an observation (a = its fork's width plus what the
+other runs sharing this model have in flight), and o, t₁ and s are fitted by
+forgetting least squares of T on (1, L, L·(a − 1)). Without o, short steps would look
+slower per token than long ones, and that noise would swamp s. The branch cost the
+theory needs follows, for a step of L̄ tokens (the mean): when C runs share the servers
+and all follow this policy, a fork of n branches costs
 
-    B(n) = t(C·n) / t(C) = (1 + s (C·n − 1)) / (1 + s (C − 1)),
+    B(n) = (o + L̄ t(C·n)) / (o + L̄ t(C)),
 
-which is 1 + s (n − 1) for one run, 1 for s = 0, and n for s = 1 at any load: under
-load, branches stop being free even on hardware that batches well.
+which is 1 + s (n − 1) for one run and o = 0, 1 for s = 0, and about n for s = 1 at any
+load: under load, branches stop being free even on hardware that batches well.
 
-The draft: seconds per drafted token, so c = draft / t₁. The verifier: seconds per
-round over B(pairs) (it answers its pairs in one fork, usually on the target's
-server), so j(n) = that × B(n) in target steps.
+The draft: seconds per drafted token, so c = L̄ · draft / (o + L̄ t₁). The verifier:
+seconds per round over B(pairs) (it answers its pairs in one fork, usually on the
+target's server), so j(n) = that × B(n) in target steps.
 
 One model may be shared by concurrent runs (`lookahead serve`): it is thread-safe. It
 can be saved per server set (`save_costs`, `load_costs`), so that the next
@@ -31,11 +34,13 @@ import json
 import threading
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel
 
 from lookahead_reasoning.files import cache_dir, write_atomically
 
 MAX_SLOPE = 1.5
+MOMENTS = ("1*L", "1*Lx", "L*L", "L*Lx", "Lx*Lx", "1*T", "L*T", "Lx*T")  # of T on (1, L, L·x); 1*1 is 1
 KEEP_SERVER_SETS = 20  # server sets whose costs the cache file keeps
 
 
@@ -43,6 +48,7 @@ class CostEstimate(BaseModel):
     """The model's current estimates (`stats.cost_model`); None where it has no data yet."""
 
     target_s_per_token: float | None = None
+    request_overhead_s: float | None = None  # o: a target request's fixed seconds
     branch_cost: dict[int, float] = {}  # B(n) for a few widths n, at `concurrency`
     branch_slope: float | None = None  # s: the target server's extra time per extra concurrent request
     concurrency: float = 1.0  # runs sharing the servers when the estimate was made
@@ -53,6 +59,8 @@ class CostEstimate(BaseModel):
     observations: int = 0
     alpha: float | None = None  # the policy's acceptance estimate
     planned_depth: int | None = None  # the γ it would choose now (0: plain AR)
+    planned_width: int | None = None  # the W it would choose now
+    width_speedups: dict[int, float] = {}  # with --width W > 1: the best expected speedup at each width
     expected_speedup: float | None = None  # over AR, by the theory with these costs
 
 
@@ -81,16 +89,18 @@ class CostModel:
     def __init__(self, forget: float = 0.8):
         self.forget = forget
         self._lock = threading.Lock()
-        # the target's per-token time y against its concurrent requests minus one, x: forgetting means
-        self._x, self._y, self._xx, self._xy = (_Average(forget) for _ in range(4))
-        self._alone = _Average(forget)  # y of requests with nothing else in flight (x = 0)
+        # least squares of a request's seconds T on (1, L, L·x), L its tokens, x the other requests in
+        # flight: forgetting means of the products the normal equations need
+        self._moments = {name: _Average(forget) for name in MOMENTS}
+        self._x, self._xx = _Average(forget), _Average(forget)  # whether x varied: is the slope identifiable
+        self._alone = _Average(forget)  # seconds per token of requests with nothing else in flight (x = 0)
         self._draft = _Average(forget)
         self._judge = _Average(forget)  # seconds per round / B(pairs)
         self._step_tokens = _Average(forget)
         self.observations = 0
 
     def _averages(self) -> dict[str, _Average]:
-        return {"x": self._x, "y": self._y, "xx": self._xx, "xy": self._xy, "alone": self._alone,
+        return {**self._moments, "x": self._x, "xx": self._xx, "alone": self._alone,
                 "draft": self._draft, "judge": self._judge, "step_tokens": self._step_tokens}
 
     def state(self) -> dict:
@@ -117,12 +127,16 @@ class CostModel:
         probe's short branch)."""
         if branches < 1 or seconds <= 0 or longest_tokens < 1:
             return
-        x, y = branches - 1 + max(0.0, others), seconds / longest_tokens
+        x, tokens = branches - 1 + max(0.0, others), float(longest_tokens)
+        r = {"1": 1.0, "L": tokens, "Lx": tokens * x}
         with self._lock:
-            for avg, value in ((self._x, x), (self._y, y), (self._xx, x * x), (self._xy, x * y)):
-                avg.add(value)
+            for name, avg in self._moments.items():
+                a, b = name.split("*")
+                avg.add(r[a] * (seconds if b == "T" else r[b]))
+            self._x.add(x)
+            self._xx.add(x * x)
             if x == 0:
-                self._alone.add(y)
+                self._alone.add(seconds / tokens)
             self._step_tokens.add(longest_tokens)
             self.observations += 1
 
@@ -137,23 +151,51 @@ class CostModel:
                 self._judge.add(seconds / self._branch_cost(pairs, 1))
 
     # -- estimates ------------------------------------------------------------------
-    def _fit(self) -> tuple[float | None, float | None]:
-        """(t₁, s): the target's seconds per token alone, and its slope; None where the data cannot tell."""
-        if self._y.value is None:
-            return None, None
-        variance = self._xx.value - self._x.value ** 2
-        if variance < 1e-9:  # every request saw the same load: no slope yet
-            return (self._y.value if self._x.value < 1e-9 else None), None
-        b = (self._xy.value - self._x.value * self._y.value) / variance
-        t1 = self._y.value - b * self._x.value
+    def _fit(self) -> tuple[float | None, float | None, float]:
+        """(t₁, s, o): the target's seconds per token alone, its slope, and a request's fixed seconds;
+        None where the data cannot tell."""
+        m = {name: avg.value for name, avg in self._moments.items()}
+        if m["1*T"] is None:
+            return None, None, 0.0
+        sloped = self._xx.value - self._x.value ** 2 >= 1e-9
+        if not sloped and self._x.value >= 1e-9:  # every request saw the same load, and not alone
+            return None, None, 0.0
+        names = ["1", "L", "Lx"] if sloped else ["1", "L"]
+        if m["L*L"] - m["1*L"] ** 2 < 1e-6 * m["L*L"]:  # every request was as long: o and t₁ are one figure
+            names.remove("1")
+        theta = self._solve(m, names)
+        if theta.get("1", 0.0) < 0.0:  # noise: no fixed cost
+            names.remove("1")
+            theta = self._solve(m, names)
+        t1 = theta["L"]
         if t1 <= 0:  # noise: take the requests that ran alone, if any
-            t1 = self._alone.value or self._y.value
-        return t1, min(MAX_SLOPE, max(0.0, b / t1))
+            return self._alone.value or m["1*T"] / m["1*L"], (0.0 if sloped else None), 0.0
+        slope = min(MAX_SLOPE, max(0.0, theta["Lx"] / t1)) if sloped else None
+        return t1, slope, theta.get("1", 0.0)
+
+    @staticmethod
+    def _solve(m: dict[str, float], names: list[str]) -> dict[str, float]:
+        """Least squares of T on the regressors `names`, from their moments."""
+        def moment(a: str, b: str) -> float:
+            return 1.0 if a == b == "1" else m[f"{a}*{b}"] if f"{a}*{b}" in m else m[f"{b}*{a}"]
+
+        matrix = np.array([[moment(a, b) for b in names] for a in names])
+        vector = np.array([moment(a, "T") for a in names])
+        return dict(zip(names, np.linalg.lstsq(matrix, vector, rcond=None)[0].tolist()))
+
+    def _step_s(self, active: float, fit: tuple[float | None, float | None, float] | None = None) -> float | None:
+        """Seconds of a target step of the mean length while `active` requests decode at once."""
+        t1, slope, overhead = fit or self._fit()
+        tokens = self._step_tokens.value
+        if t1 is None or tokens is None:
+            return None
+        return overhead + tokens * t1 * (1.0 + (slope or 0.0) * (active - 1.0))
 
     def _branch_cost(self, n: int, concurrency: float) -> float:
-        slope = self._fit()[1] or 0.0
+        fit = self._fit()
         c = max(1.0, concurrency)
-        return (1.0 + slope * (c * n - 1.0)) / (1.0 + slope * (c - 1.0))
+        alone, forked = self._step_s(c, fit), self._step_s(c * n, fit)
+        return forked / alone if alone and forked else 1.0
 
     def branch_cost(self, n: int, concurrency: float = 1.0) -> float:
         """B(n) when `concurrency` runs share the servers (1 where nothing is known)."""
@@ -164,7 +206,7 @@ class CostModel:
     def ready(self) -> bool:
         """Enough data to plan with: the target's time alone and its slope, and the draft's time."""
         with self._lock:
-            t1, slope = self._fit()
+            t1, slope, _ = self._fit()
             return t1 is not None and slope is not None and self._draft.value is not None
 
     @property
@@ -179,32 +221,38 @@ class CostModel:
         with self._lock:
             return self._fit()[0] is None and self._alone.value is None
 
+    def _c(self) -> float | None:
+        step, draft = self._step_s(1.0), self._draft.value
+        return draft * self._step_tokens.value / step if step and draft is not None else None
+
+    def _j(self) -> float | None:
+        step, judge = self._step_s(1.0), self._judge.value
+        return judge / step if step and judge is not None else None
+
     def c(self) -> float | None:
+        """The draft's time per step over the target's (a step of the mean length)."""
         with self._lock:
-            t1, draft = self._fit()[0], self._draft.value
-            return draft / t1 if t1 and draft is not None else None
+            return self._c()
 
     def judge_cost(self, pairs: int, concurrency: float = 1.0) -> float:
         """j(pairs): the verifier's time per round in target steps (0 where nothing is known)."""
         with self._lock:
-            t1, judge, tokens = self._fit()[0], self._judge.value, self._step_tokens.value
-            if not (t1 and judge is not None and tokens):
-                return 0.0
-            return judge * self._branch_cost(pairs, concurrency) / (t1 * tokens)
+            j = self._j()
+            return 0.0 if j is None else j * self._branch_cost(pairs, concurrency)
 
     def estimate(self, concurrency: float = 1.0) -> CostEstimate:
         with self._lock:
-            t1, slope = self._fit()
-            judge, tokens = self._judge.value, self._step_tokens.value
+            t1, slope, overhead = self._fit()
             return CostEstimate(
                 target_s_per_token=t1,
+                request_overhead_s=overhead if t1 is not None else None,
                 branch_cost={n: round(self._branch_cost(n, concurrency), 3) for n in (2, 3, 5)}
                 if slope is not None else {},
                 branch_slope=slope,
-                c=self._draft.value / t1 if t1 and self._draft.value is not None else None,
-                judge_s_per_round=judge,
-                j=judge / (t1 * tokens) if t1 and judge is not None and tokens else None,
-                step_tokens=tokens,
+                c=self._c(),
+                judge_s_per_round=self._judge.value,
+                j=self._j(),
+                step_tokens=self._step_tokens.value,
                 observations=self.observations,
                 concurrency=concurrency,
             )

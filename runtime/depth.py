@@ -28,8 +28,14 @@ Stretches are not timed (a request's fixed cost spread over several steps would 
 them look cheaper per token than a step); the AR round just before each probe writes a
 lone step, which the probe is measured against.
 
-A tree of width W has W^γ leaves, and each distinct prefix is a target branch; the
-policy caps γ for trees so that W^γ stays within `TREE_NODE_BUDGET` (W = 2: γ ≤ 4).
+With `--width W` > 1 it also picks the width, 1 to W. It learns the per-position
+acceptance of each width it runs; a width it has not run gets its α from the width it
+knows best, as if candidates were accepted independently: α_w = 1 − (1 − α₁)^w. It
+starts drafting with chains (W = 1), whose α is measured directly; independence is the
+optimistic case for trees (sampled candidates resemble each other), so it tries a tree
+when one could pay, and from then on plans with the tree's own α. A tree of width W
+has W^γ leaves, and each distinct prefix is a target branch; the policy caps γ for
+trees so that W^γ stays within `TREE_NODE_BUDGET` (W = 2: γ ≤ 4).
 """
 
 from __future__ import annotations
@@ -42,14 +48,14 @@ from typing import Protocol
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel
 from lookahead_reasoning.runtime.results import RoundRecord
-from lookahead_reasoning.runtime.theory import best_depth, engine_speedup
+from lookahead_reasoning.runtime.theory import engine_speedup, tree_branches
 
 TREE_NODE_BUDGET = 16  # leaves; the drafting itself is capped by LookaheadConfig.max_tree_nodes
 PROBE_BUDGET = 0.02  # share of the time that probes may cost while AR wins
 PROBE_SHARE = 0.25  # a fork probe's extra branch writes this share of a step (at least PROBE_MIN_TOKENS)
 PROBE_MIN_TOKENS = 4
 AR_STRETCH_STEPS = 8  # most steps an AR round writes in one request while AR wins
-AR_STRETCH_SECONDS = 5.0  # ...and about this long at most, so that the run stays responsive
+AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the run stays responsive
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 
 
@@ -67,6 +73,7 @@ class RoundPlan:
     """What the next round does."""
 
     depth: int  # draft steps; 0: an AR round (the target alone)
+    width: int = 1  # draft candidates per position
     probe_tokens: int = 0  # an AR round's fork probe: the cap of its short second branch (B(2))
     stretch_tokens: int = 0  # an AR round that writes several steps in one request: its token cap
 
@@ -78,7 +85,7 @@ class DepthPolicy(Protocol):
 
     def next_round(self) -> RoundPlan: ...
 
-    def peek_depth(self) -> int: ...
+    def peek_round(self) -> RoundPlan: ...
 
     def observe(self, record: RoundRecord) -> None: ...
 
@@ -86,8 +93,9 @@ class DepthPolicy(Protocol):
 
 
 class FixedDepth:
-    def __init__(self, depth: int):
+    def __init__(self, depth: int, width: int = 1):
         self.depth = depth
+        self.width = width
 
     def run_started(self) -> None:
         pass
@@ -96,10 +104,10 @@ class FixedDepth:
         pass
 
     def next_round(self) -> RoundPlan:
-        return RoundPlan(self.depth)
+        return RoundPlan(self.depth, self.width)
 
-    def peek_depth(self) -> int:
-        return self.depth
+    def peek_round(self) -> RoundPlan:
+        return RoundPlan(self.depth, self.width)
 
     def observe(self, record: RoundRecord) -> None:
         pass
@@ -114,15 +122,15 @@ class AdaptiveDepth:
         costs: CostModel | None = None, max_nodes: int | None = None,
     ):
         self.mode = mode
-        self.width = width
+        self.width = width  # the largest W it may choose
         self.initial = initial
         self.max_depth = max_depth
         self.max_nodes = max_nodes
         self.forget = forget
         self.costs = costs or CostModel()
         self._lock = threading.Lock()
-        self.accepted = 0.0
-        self.rejected = 0.0
+        self._tallies: dict[int, tuple[float, float]] = {}  # width -> (accepted, rejected) positions, forgetting
+        self.last_width = 1  # of the last round that drafted
         self.ar_rounds = 0  # AR rounds since the last probe
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.mean_branches = 1.0  # target requests per round, forgetting: what another run has in flight
@@ -144,10 +152,41 @@ class AdaptiveDepth:
     def _branch_cost(self, n: int) -> float:
         return self.costs.branch_cost(n, self._concurrency())
 
+    def alpha_at(self, width: int) -> float:
+        """Per-position acceptance at `width`: measured, or derived from the best-known width."""
+        # a weak prior: a strong one drags α̂ toward ½ and the chosen γ too low when α is high
+        def estimate(tally: tuple[float, float]) -> float:
+            return (tally[0] + 0.5) / (tally[0] + tally[1] + 1.0)
+
+        if sum(self._tallies.get(width, (0.0, 0.0))) >= 1.0 or not self._tallies:
+            return estimate(self._tallies.get(width, (0.0, 0.0)))
+        known, tally = max(self._tallies.items(), key=lambda item: sum(item[1]))
+        return 1.0 - (1.0 - estimate(tally)) ** (width / known)
+
     @property
     def alpha(self) -> float:
-        # a weak prior: a strong one drags α̂ toward ½ and the chosen γ too low when α is high
-        return (self.accepted + 0.5) / (self.accepted + self.rejected + 1.0)
+        """Per-position acceptance at the width the last drafting round used."""
+        return self.alpha_at(self.last_width)
+
+    @property
+    def _window(self) -> bool:
+        """Whether the async engine pipelines windows (a tree config, at any width) rather than steps."""
+        return self.mode == "async" and self.width > 1
+
+    def _speedup(self, depth: int, width: int, alpha: float, c: float, judge: float) -> float:
+        return engine_speedup(self.mode, depth, alpha, c, judge, width, self._branch_cost, self.max_nodes,
+                              self._window)
+
+    def _best(self, width: int, alpha: float, c: float, judge: float | None = None) -> tuple[int, float]:
+        """(γ, speedup) at `width`; `judge` None: j from the cost model for each γ's pairs."""
+        best = (0, 1.0)
+        for depth in range(1, depth_limit(self.max_depth, width) + 1):
+            j = judge if judge is not None else self.costs.judge_cost(
+                tree_branches(depth, width, self.max_nodes) - 1, self._concurrency())
+            s = self._speedup(depth, width, alpha, c, j)
+            if s > best[1] + 1e-12:
+                best = (depth, s)
+        return best
 
     @property
     def _forks_itself(self) -> bool:
@@ -157,29 +196,32 @@ class AdaptiveDepth:
     def _ceiling(self) -> float:
         """The speedup drafting would give if every draft were accepted, free and judged for free:
         when even that is at most 1, the branches alone make lookahead lose, whatever the draft."""
-        return best_depth(self.mode, 0.999, 1e-3, 0.0, self.max_depth, self.width, self._branch_cost,
-                          self.max_nodes)[1]
+        return self._best(1, 0.999, 1e-3, 0.0)[1]  # a chain: with every draft accepted, more width only costs
 
-    def _plan(self) -> tuple[int, float]:
-        """(γ, expected speedup) under the current estimates; nan where it is not known yet."""
+    def width_speedups(self) -> dict[int, float]:
+        """The best expected speedup at each width the policy may choose (empty until it can plan)."""
+        c = self.costs.c()
+        if c is None or not self.costs.ready:
+            return {}
+        return {w: self._best(w, min(self.alpha_at(w), 0.999), max(c, 1e-3))[1] for w in range(1, self.width + 1)}
+
+    def _plan(self) -> tuple[int, int, float]:
+        """(γ, W, expected speedup) under the current estimates; nan where it is not known yet."""
         c = self.costs.c()
         if self.costs.target_alone_unknown:
-            return 0, math.nan  # an AR round measures the lone target step
+            return 0, 1, math.nan  # an AR round measures the lone target step
         if not self.costs.slope_known:
-            return (0, math.nan) if self._forks_itself else (self.initial, math.nan)  # a fork probe, or a fork
+            return (0, 1, math.nan) if self._forks_itself else (self.initial, 1, math.nan)  # a fork probe, or a fork
         if self._ceiling() <= 1.0 + 1e-9:
-            return (1, math.nan) if self.measure_drafting and c is None else (0, 1.0)
+            return (1, 1, math.nan) if self.measure_drafting and c is None else (0, 1, 1.0)
         if c is None or not self.costs.ready:
-            return self.initial, math.nan  # branches may pay: draft to measure the draft and the verifier
-        alpha = min(self.alpha, 0.999)
-        load = self._concurrency()
-        judge = self.costs.judge_cost(self.max_depth, load)  # j grows with γ: plan with its largest value, refine
-        depth, speedup = best_depth(self.mode, alpha, max(c, 1e-3), judge, self.max_depth, self.width,
-                                    self._branch_cost, self.max_nodes)
-        if depth:
-            depth, speedup = best_depth(self.mode, alpha, max(c, 1e-3), self.costs.judge_cost(depth, load),
-                                        self.max_depth, self.width, self._branch_cost, self.max_nodes)
-        return depth, speedup
+            return self.initial, 1, math.nan  # branches may pay: draft a chain to measure the draft and the verifier
+        best = (0, 1, 1.0)
+        for width, speedup in self.width_speedups().items():
+            if speedup > best[2] + 1e-9:
+                depth = self._best(width, min(self.alpha_at(width), 0.999), max(c, 1e-3))[0]
+                best = (depth, width, speedup)
+        return best
 
     def _probe_is_a_fork(self) -> bool:
         """Probe the branches alone (cheap) while they make lookahead lose; else draft one step."""
@@ -193,21 +235,22 @@ class AdaptiveDepth:
         elif c is None:
             return PROBE_SPACING[0]
         else:
-            speedup = engine_speedup(self.mode, 1, min(self.alpha, 0.999), max(c, 1e-3),
-                                     self.costs.judge_cost(1, self._concurrency()), self.width, self._branch_cost,
-                                     self.max_nodes)
+            speedup = self._speedup(1, 1, min(self.alpha_at(1), 0.999), max(c, 1e-3),
+                                    self.costs.judge_cost(1, self._concurrency()))
             loss = max(0.0, 1.0 / speedup - 1.0)  # extra time of a γ = 1 round over an AR round, in AR rounds
         return min(PROBE_SPACING[1], max(PROBE_SPACING[0], math.ceil(loss / PROBE_BUDGET)))
 
-    def peek_depth(self) -> int:
+    def peek_round(self) -> RoundPlan:
+        """The plan of a drafting round that may come next (for drafting ahead); γ ≥ 1."""
         with self._lock:
-            return self._plan()[0] or 1
+            depth, width, _ = self._plan()
+            return RoundPlan(depth or 1, width)
 
     def next_round(self) -> RoundPlan:
         with self._lock:
-            depth = self._plan()[0]
+            depth, width, _ = self._plan()
             if depth or self.costs.target_alone_unknown:
-                return RoundPlan(depth)
+                return RoundPlan(depth, width)
             if not self.costs.slope_known:
                 return RoundPlan(0, probe_tokens=self._probe_tokens())
             spacing = self.probe_spacing()
@@ -251,23 +294,25 @@ class AdaptiveDepth:
         if record.positions == 0:
             return
         with self._lock:
-            self.accepted = self.forget * self.accepted + record.accepted
-            self.rejected = self.forget * self.rejected + (record.positions - record.accepted)
+            accepted, rejected = self._tallies.get(record.width, (0.0, 0.0))
+            self._tallies[record.width] = (self.forget * accepted + record.accepted,
+                                           self.forget * rejected + (record.positions - record.accepted))
+            self.last_width = record.width
 
     def cost_estimate(self) -> CostEstimate | None:
         estimate = self.costs.estimate(self._concurrency())
         with self._lock:
-            depth, speedup = self._plan()
+            depth, width, speedup = self._plan()
             return estimate.model_copy(update={
-                "alpha": self.alpha, "planned_depth": depth,
+                "alpha": self.alpha_at(width), "planned_depth": depth, "planned_width": width,
                 "expected_speedup": None if math.isnan(speedup) else speedup,
+                "width_speedups": {w: round(s, 3) for w, s in self.width_speedups().items()} if self.width > 1 else {},
             })
 
 
 def make_depth_policy(config: LookaheadConfig, mode: str, costs: CostModel | None = None) -> DepthPolicy:
     """The policy `config` asks for; `costs` lets several engines share what one server set costs."""
     if config.adaptive_depth:
-        limit = depth_limit(config.max_depth, config.width)
-        return AdaptiveDepth(mode, min(config.depth, limit), limit, config.width, costs=costs,
+        return AdaptiveDepth(mode, min(config.depth, config.max_depth), config.max_depth, config.width, costs=costs,
                              max_nodes=config.max_tree_nodes)
-    return FixedDepth(config.depth)
+    return FixedDepth(config.depth, config.width)

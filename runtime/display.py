@@ -26,8 +26,20 @@ def describe_costs(estimate: CostEstimate | None) -> str | None:
     j = "n/a" if estimate.j is None else f"{estimate.j:.2f}"
     alpha = "n/a" if estimate.alpha is None else f"{estimate.alpha:.2f}"
     plan = "AR" if estimate.planned_depth == 0 else f"γ = {estimate.planned_depth}"
+    if estimate.planned_depth and (estimate.planned_width or 1) > 1:
+        plan += f", W = {estimate.planned_width}"
     gain = "" if estimate.expected_speedup is None else f", expected {estimate.expected_speedup:.2f}× AR"
-    return f"costs: {b}, c {c}, j {j}, α {alpha} → {plan}{gain}"
+    return f"costs: {b}, c {c}, j {j}, α {alpha} → {plan}{gain}{_trees(estimate)}"
+
+
+def _trees(estimate: CostEstimate) -> str:
+    """With --width W > 1 and chains (or AR) chosen: what trees would give, so the choice is visible."""
+    if (estimate.planned_width or 1) > 1 or not estimate.width_speedups:
+        return ""
+    widest = max(estimate.width_speedups)
+    if widest == 1:
+        return ""
+    return f" (W = {widest} would give {estimate.width_speedups[widest]:.2f}×: staying at W = 1)"
 
 
 class RoundPrinter:
@@ -139,8 +151,9 @@ def print_cost_story(console: Console, result: LookaheadResult, engine: str = "s
         console.print(f"[bold]decision:[/] branches cost up to {worst:.1f}× one step here, so LR would lose: "
                       "running as AR (with a rare probe)")
     else:
-        console.print(f"[bold]decision:[/] drafting γ = {estimate.planned_depth}, expected "
-                      f"{estimate.expected_speedup:.2f}× AR at these costs")
+        width = f", W = {estimate.planned_width}" if (estimate.planned_width or 1) > 1 else ""
+        console.print(f"[bold]decision:[/] drafting γ = {estimate.planned_depth}{width}, expected "
+                      f"{estimate.expected_speedup:.2f}× AR at these costs{_trees(estimate)}")
     if alpha is None:
         return
     depth, speedup = best_depth(engine, min(alpha, 0.999), GPU_LIKE["c"], GPU_LIKE["judge"])

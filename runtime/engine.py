@@ -166,8 +166,8 @@ class Engine:
         """The acceptance walk of the run's next round; kept steps are announced as they are kept."""
         return AcceptanceWalk(len(run.log), self.config.max_tokens - run.metrics.output_tokens, self.announce)
 
-    def _draft(self, prefix: str, depth: int, cap: int) -> DraftTree:
-        return draft_tree(self.models, prefix, depth, self.config.width, cap, self.config.max_tree_nodes)
+    def _draft(self, prefix: str, plan: RoundPlan, cap: int) -> DraftTree:
+        return draft_tree(self.models, prefix, plan.depth, plan.width, cap, self.config.max_tree_nodes)
 
     def _plan(self, run: _Run, policy: DepthPolicy) -> RoundPlan:
         """The next round's plan; once drafting was turned off, AR rounds of one step."""
@@ -238,13 +238,13 @@ class Engine:
             started=started, draft_s=draft_s, target_s=t2 - t1, judge_s=t3 - t2, branches=len(branches),
             target_tokens=max(t.completion_tokens for t in targets[: len(branches)]),
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
-            draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // max(1, self.config.width),
+            draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, width=tree.width,
         )
 
     def _finish_round(
         self, run: _Run, walk: AcceptanceWalk, *, depth: int, judged: list[JudgedDraft], started: float,
         draft_s: float, target_s: float, judge_s: float, branches: int, target_tokens: int, draft_tokens: int,
-        probe_tokens: int = 0, target_steps: int = 1,
+        probe_tokens: int = 0, target_steps: int = 1, width: int = 1,
     ) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
         record = RoundRecord(
@@ -252,7 +252,7 @@ class Engine:
             kept=walk.kept, finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos", started=started,
             draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=time.perf_counter() - started,
             branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, probe_tokens=probe_tokens,
-            target_steps=target_steps,
+            target_steps=target_steps, width=width,
         )
         run.metrics.observe_round(record, walk.outputs)
         self.policy.observe(record)  # before on_round, so a live view shows what this round taught the policy
@@ -301,7 +301,7 @@ class SyncEngine(Engine):
             else:
                 if plan.depth:
                     try:
-                        tree = self._draft(run.prefix, plan.depth, cap)
+                        tree = self._draft(run.prefix, plan, cap)
                     except Exception as error:
                         run.draft_failed(error)
                 record = self._verify_round(run, tree, True, cap, time.perf_counter() - started, started, plan.depth,
@@ -348,9 +348,9 @@ class AsyncEngine(Engine):
             if self._done(run, record):
                 return
 
-    def _timed_draft(self, prefix: str, depth: int, cap: int) -> tuple[DraftTree, float]:
+    def _timed_draft(self, prefix: str, plan: RoundPlan, cap: int) -> tuple[DraftTree, float]:
         t0 = time.perf_counter()
-        tree = self._draft(prefix, depth, cap)
+        tree = self._draft(prefix, plan, cap)
         return tree, time.perf_counter() - t0
 
     def _loop_windows(self, run: _Run, policy: DepthPolicy) -> None:
@@ -368,7 +368,7 @@ class AsyncEngine(Engine):
                 tree, draft_s = DraftTree([]), 0.0
                 if depth:
                     if pending is None or pending_base != run.prefix:  # none yet, or a rejection made it stale
-                        pending = self._pool.submit(self._timed_draft, run.prefix, depth, cap)
+                        pending = self._pool.submit(self._timed_draft, run.prefix, plan, cap)
                     try:
                         tree, draft_s = pending.result()
                     except Exception as error:
@@ -378,7 +378,7 @@ class AsyncEngine(Engine):
                     ends = tree.nodes[optimistic[-1]].step if optimistic else None
                     if run.drafting and ends is not None and ends.ending != "eos":
                         pending_base = run.prefix + tree.text_of(optimistic)
-                        pending = self._pool.submit(self._timed_draft, pending_base, policy.peek_depth(), cap)
+                        pending = self._pool.submit(self._timed_draft, pending_base, policy.peek_round(), cap)
                 record = self._verify_round(run, tree, False, cap, draft_s, started, depth, plan.probe_tokens)
             if self._done(run, record):
                 return

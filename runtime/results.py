@@ -46,6 +46,7 @@ class RoundRecord(BaseModel):
     branches: int = 0  # target requests of the round (the fork's width)
     probe_tokens: int = 0  # tokens of a fork probe's short extra branch beside an AR round's step (depth.py)
     target_steps: int = 1  # steps the longest target request wrote (an AR stretch writes several, depth.py)
+    width: int = 1  # draft candidates per position (W)
     target_tokens: int = 0  # completion tokens of the round's longest target branch
     draft_tokens: int = 0  # completion tokens drafted for this round (one candidate per level for trees)
 

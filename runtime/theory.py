@@ -105,18 +105,19 @@ def tree_branches(depth: int, width: int, max_nodes: int | None = None) -> int:
 
 def engine_speedup(
     engine: str, depth: int, alpha: float, c: float, judge: float = 0.0, width: int = 1,
-    branch_cost: BranchCost = free_branches, max_nodes: int | None = None,
+    branch_cost: BranchCost = free_branches, max_nodes: int | None = None, window: bool | None = None,
 ) -> float:
     """Theoretical speedup of our engines at draft depth γ (see the module docstring for k).
 
     For a tree (width > 1) pass the per-position acceptance of the tree as α; if each
-    candidate is accepted independently with α₁, that is 1 − (1 − α₁)^W.
+    candidate is accepted independently with α₁, that is 1 − (1 − α₁)^W. `window`: the
+    async engine pipelines windows (k = γ); None: it does for trees, and steps for chains.
     """
     branch = branch_cost(tree_branches(depth, width, max_nodes))
     if engine == "sync":
         return f_sync(depth + 1, alpha, c, judge, branch)
     if engine == "async":
-        return f_async(depth + 1 if width == 1 else depth, alpha, c, judge, branch)
+        return f_async(depth if (width > 1 if window is None else window) else depth + 1, alpha, c, judge, branch)
     raise ValueError(f"engine must be sync or async, got {engine!r}")
 
 

@@ -36,6 +36,7 @@ class Node:
 @dataclass
 class DraftTree:
     nodes: list[Node]
+    width: int = 1  # candidates drafted per position
 
     @property
     def depth(self) -> int:
@@ -92,7 +93,7 @@ def draft_tree(models, prefix: str, depth: int, width: int, cap: int, max_nodes:
                 if step.complete:
                     next_frontier.append((len(nodes) - 1, text + step.text))
         frontier = next_frontier
-    return DraftTree(nodes)
+    return DraftTree(nodes, width)
 
 
 def target_branches(tree: DraftTree, bonus: bool) -> list[int]:

@@ -3,20 +3,20 @@
 import pytest
 
 from lookahead_reasoning.runtime.cost_model import CostModel
-from lookahead_reasoning.runtime.depth import AR_STRETCH_STEPS, PROBE_BUDGET, PROBE_SHARE, AdaptiveDepth, RoundPlan
+from lookahead_reasoning.runtime.depth import AR_STRETCH_SECONDS, AR_STRETCH_STEPS, PROBE_BUDGET, PROBE_SHARE, AdaptiveDepth, RoundPlan
 from lookahead_reasoning.runtime.results import JudgedDraft, RoundRecord
-from lookahead_reasoning.runtime.theory import engine_speedup
+from lookahead_reasoning.runtime.theory import engine_speedup, tree_branches
 
 TOKENS = 20  # tokens per step
 T = 0.05  # seconds per target token alone
 
 
-def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0, probe=0, stretch=0):
+def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0, probe=0, stretch=0, width=1):
     """A sync round of γ = depth on servers where a fork of n branches costs branch_cost(n) steps
     (`probe`: the tokens of a fork probe's short second branch beside an AR round's step; `stretch`:
     the tokens of an AR round that wrote several steps in one request); never a run's first round, which
     is not timed."""
-    branches = depth + 1 if depth else 1
+    branches = tree_branches(depth, width) if depth else 1
     tokens = stretch or TOKENS
     judged = [JudgedDraft(draft="d", target="t", accept=True, score=1.0, method="judge")] * positions
     share = min(probe, TOKENS) / TOKENS  # of the step, the probe's branch ran beside it for this share
@@ -25,7 +25,7 @@ def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0,
         index=1, depth=depth, judged=judged if depth else [], accepted=accepted, positions=positions, kept=[],
         finished=False, started=0.0, draft_s=depth * TOKENS * T * c, target_s=target_s,
         judge_s=judge_s if depth else 0.0, wall_s=1.0, branches=branches, target_tokens=tokens,
-        draft_tokens=depth * TOKENS, probe_tokens=probe, target_steps=tokens // TOKENS,
+        draft_tokens=depth * TOKENS, probe_tokens=probe, target_steps=tokens // TOKENS, width=width,
     )
 
 
@@ -78,6 +78,19 @@ def test_a_short_fork_probe_measures_the_slope():
     model.observe_target(1, 20 * 0.05, 20)  # a lone step: 0.05 s per token
     model.observe_target(1, 20 * 0.05 * (1 + 0.8 * 5 / 20), 20, others=5 / 20)  # a 5-token probe beside it, s = 0.8
     assert model.estimate().branch_slope == pytest.approx(0.8) and model.branch_cost(3) == pytest.approx(2.6)
+
+
+def test_a_fixed_cost_per_request_is_fitted_so_step_length_does_not_fake_a_slope():
+    """T = o + L·t₁(1 + s·x): steps of 10 to 80 tokens with o = 1 s, t₁ = 0.4 s (a CPU); a probe beside one."""
+    model = CostModel(forget=1.0)
+    for tokens in (10, 80, 25, 60):
+        model.observe_target(1, 1.0 + tokens * 0.4, tokens)
+    model.observe_target(1, 1.0 + 40 * 0.4 * (1 + 1.0 * 0.25), 40, others=0.25)  # s = 1
+    estimate = model.estimate()
+    assert estimate.target_s_per_token == pytest.approx(0.4)
+    assert estimate.request_overhead_s == pytest.approx(1.0) and estimate.branch_slope == pytest.approx(1.0)
+    mean = estimate.step_tokens  # B(2) for a step of the mean length: the fixed cost is paid once
+    assert model.branch_cost(2) == pytest.approx((1.0 + mean * 0.4 * 2) / (1.0 + mean * 0.4))
 
 
 def test_no_data_means_no_change_and_missing_figures_are_harmless():
@@ -134,9 +147,52 @@ def test_while_ar_wins_ar_rounds_write_several_steps_in_one_request():
     _learn(policy, float, rounds=40)  # B(n) = n: AR wins; a step takes 20 tokens × 0.05 s = 1 s
     plans = [policy.next_round() for _ in range(40)]
     stretches = [p.stretch_tokens // TOKENS for p in plans if p.stretch_tokens]
-    assert stretches and max(stretches) == 5  # as many steps as fit in AR_STRETCH_SECONDS = 5 s
+    # as many steps as fit in AR_STRETCH_SECONDS, at most AR_STRETCH_STEPS, and never past the next probe
+    assert stretches and max(stretches) == min(AR_STRETCH_STEPS, int(AR_STRETCH_SECONDS / (TOKENS * T)))
+    assert max(stretches) < policy.probe_spacing()
     assert all(p.stretch_tokens == 0 for p in plans if p.probe_tokens)  # a probe round is one step
-    assert AR_STRETCH_STEPS >= 5 and policy.costs.estimate().step_tokens == pytest.approx(TOKENS)
+    assert policy.costs.estimate().step_tokens == pytest.approx(TOKENS)
+
+
+def _learn_widths(policy, branch_cost, acceptance, rounds=60):
+    """Rounds at the widths the policy picks; `acceptance[w]` = (accepted, decided) positions per round."""
+    widths = []
+    for _ in range(rounds):
+        plan = policy.next_round()
+        accepted, positions = acceptance[plan.width] if plan.depth else (0, 0)
+        policy.observe(round_record(plan.depth, accepted, positions, branch_cost=branch_cost, width=plan.width,
+                                    probe=plan.probe_tokens, stretch=plan.stretch_tokens))
+        widths.append(plan.width if plan.depth else 0)
+    return widths
+
+
+def test_policy_picks_trees_where_they_pay_and_chains_where_they_do_not():
+    acceptance = {1: (1, 2), 2: (3, 4)}  # α 0.5 for a chain, 0.75 per position for a tree of two candidates
+    free = lambda n: 1.0  # noqa: E731
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8, width=2)
+    widths = _learn_widths(policy, free, acceptance)
+    assert widths[widths.index(1)] == 1 and 2 in widths  # the first drafts are chains: their α is measured
+    estimate = policy.cost_estimate()
+    assert estimate.planned_width == 2 and estimate.width_speedups[2] > estimate.width_speedups[1]
+
+    dear = lambda n: 1.0 + 0.3 * (n - 1)  # noqa: E731  every branch costs: a tree's many branches do not pay
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8, width=2)
+    widths = _learn_widths(policy, dear, acceptance)
+    estimate = policy.cost_estimate()
+    assert estimate.planned_width == 1 and estimate.planned_depth >= 1
+    assert estimate.width_speedups[2] < estimate.width_speedups[1]
+    from lookahead_reasoning.runtime.display import describe_costs
+
+    assert describe_costs(estimate).endswith(f"(W = 2 would give {estimate.width_speedups[2]:.2f}×: staying at W = 1)")
+
+
+def test_a_width_never_run_gets_its_alpha_as_if_candidates_were_independent():
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8, width=4)
+    policy.observe(round_record(2, 1, 2, branch_cost=float))  # chains: α₁ ≈ 0.5
+    policy.observe(round_record(2, 1, 2, branch_cost=float))
+    alpha_1 = policy.alpha_at(1)
+    assert policy.alpha_at(2) == pytest.approx(1 - (1 - alpha_1) ** 2)
+    assert policy.alpha_at(4) == pytest.approx(1 - (1 - alpha_1) ** 4)
 
 
 def test_policy_drafts_deep_when_branches_are_free():

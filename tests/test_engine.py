@@ -256,8 +256,9 @@ def test_tree_first_accepted_candidate_wins():
 
 
 def test_tree_drafting_samples_even_with_greedy_draft_settings():
-    assert LookaheadConfig(width=2).draft_sampling.temperature == 0.8
-    assert LookaheadConfig(width=1).draft_sampling.temperature == 0.0
+    config = LookaheadConfig(width=2)
+    assert config.tree_sampling.temperature == 0.8 and config.draft_sampling.temperature == 0.0  # chains stay greedy
+    assert LookaheadConfig(width=2, draft_sampling={"temperature": 0.5}).tree_sampling.temperature == 0.5
 
 
 def _record(depth, accepted, positions, draft_s=0.01, target_s=0.1, judge_s=0.01):
@@ -267,9 +268,11 @@ def _record(depth, accepted, positions, draft_s=0.01, target_s=0.1, judge_s=0.01
                        finished=False, started=0.0, draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=0.2)
 
 
-def test_adaptive_engine_run_is_correct():
-    config = LookaheadConfig(depth=2, adaptive_depth=True)
-    result = SyncEngine(config, ScriptedModels(TARGET * 3), FastPathVerifier(ScriptedJudge())).run("q")
+@pytest.mark.parametrize("engine_class", [SyncEngine, AsyncEngine])
+@pytest.mark.parametrize("width", [1, 2])
+def test_adaptive_engine_run_is_correct(engine_class, width):
+    config = LookaheadConfig(depth=2, adaptive_depth=True, width=width)
+    result = engine_class(config, ScriptedModels(TARGET * 3), FastPathVerifier(ScriptedJudge())).run("q")
     assert result.text == DELIM.join(TARGET * 3)
 
 

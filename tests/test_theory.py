@@ -41,6 +41,8 @@ def test_engine_depth_mapping():
     assert theory.engine_speedup("sync", 2, 0.5, 0.1) == theory.f_sync(3, 0.5, 0.1)
     assert theory.engine_speedup("async", 2, 0.5, 0.1) == theory.f_async(3, 0.5, 0.1)  # chain: pipelined
     assert theory.engine_speedup("async", 2, 0.5, 0.1, width=2) == theory.f_async(2, 0.5, 0.1)  # tree windows
+    # a chain round inside the window pipeline (an adaptive tree config that chose W = 1): windows too
+    assert theory.engine_speedup("async", 2, 0.5, 0.1, window=True) == theory.f_async(2, 0.5, 0.1)
     assert theory.combined(1.5, 2.0) == 3.0
 
 

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from lookahead_reasoning.programs.backend import BackendError
 from lookahead_reasoning.programs.roles import SGLangStepModels, render_conversation
-from lookahead_reasoning.programs.step_types import StepOutput
+from lookahead_reasoning.programs.step_types import StepOutput, split_steps
 from lookahead_reasoning.runtime.baseline import continue_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig, SamplingConfig
 from lookahead_reasoning.runtime.connection import Connection
@@ -179,10 +179,20 @@ class _Ledger:
 
     def target(self, *args, **kwargs) -> list[StepOutput]:
         outputs = self._note(self._models.target(*args, **kwargs))
+        self._prompt(outputs)
+        return outputs
+
+    def generate(self, *args, **kwargs) -> StepOutput:
+        """An AR stretch: the engine cuts it into steps as here (split_steps), so the steps' costs match."""
+        output = self._models.generate(*args, **kwargs)
+        self._note(split_steps(output, self._models.delimiter))
+        self._prompt([output])
+        return output
+
+    def _prompt(self, outputs: list[StepOutput]) -> None:
         shortest = min((o.prompt_tokens for o in outputs), default=None)
         if shortest is not None and (self.prompt_tokens is None or shortest < self.prompt_tokens):
             self.prompt_tokens = shortest
-        return outputs
 
 
 def _stopped_early(models: _Ledger, rounds: list[RoundRecord]) -> dict:
