@@ -123,8 +123,8 @@ class CostModel:
     # -- observations ---------------------------------------------------------------
     def observe_target(self, branches: int, seconds: float, longest_tokens: int, others: float = 0.0) -> None:
         """A fork of `branches` target requests took `seconds`, its longest branch wrote `longest_tokens`,
-        while about `others` more target requests were in flight on average (other runs', or a fork
-        probe's short branch)."""
+        while about `others` more target requests were in flight on average (other runs', or the fork's
+        branches that were shorter than the longest, for the share of its tokens they ran beside it)."""
         if branches < 1 or seconds <= 0 or longest_tokens < 1:
             return
         x, tokens = branches - 1 + max(0.0, others), float(longest_tokens)

@@ -7,14 +7,17 @@ branches B(n), the draft's c and the verifier's j). Each round it picks the γ, 
 AR) included, with the highest expected speedup under those costs (theory.py with the
 branch-cost term). With no data, its first rounds run the target alone (AR rounds: they
 advance like any other; the first of a run, which prefills the prompt, is not timed, the
-next measures the lone target step), then it drafts the configured γ until a fork and
-the draft have been measured.
+next measures the lone target step), then a fork probe measures what a second branch
+costs. If even free, always accepted drafts could not beat AR by `CEILING_MARGIN` at
+that cost, it never drafts; otherwise one round drafts one step, to measure the draft
+and the verifier, and from then on it plans. A fork's branches are counted by their
+tokens: a branch half as long as the longest was in flight for half the time.
 
 What an extra target branch costs (the slope behind B(n)) is learned from a fork probe:
 an AR round whose fork also writes the first `PROBE_SHARE` of the same step once more.
-The short branch runs beside the real one for k of its L tokens, so the round's time per
-token is t₁(1 + s·k/L): the model fits s from it, at a quarter of the cost of a whole
-second step. When AR wins it drafts nothing, and now and then probes again to see
+The short branch runs beside the real one for k of its L tokens, so the round takes
+o + L·t₁(1 + s·k/L): the model fits s from it, at a quarter of the cost of a whole second
+step. When AR wins it drafts nothing, and now and then probes again to see
 whether things changed (a fork probe while the branches alone make lookahead lose,
 else one drafted step): the probes are spaced so that what they cost stays within
 `PROBE_BUDGET` of the run's time.
@@ -24,9 +27,9 @@ stretch, no stop at the delimiter), as the target alone would: a request per ste
 client and server work that plain AR does not pay, and under load that alone makes AR
 rounds lose to the target alone. A stretch is at most `AR_STRETCH_STEPS` steps and about
 `AR_STRETCH_SECONDS` long, so deadlines, cancellation and streaming stay responsive.
-Stretches are not timed (a request's fixed cost spread over several steps would make
-them look cheaper per token than a step); the AR round just before each probe writes a
-lone step, which the probe is measured against.
+Stretches are not timed (a request of several steps would weigh on the fit far more
+than the steps the theory prices); the AR round just before each probe writes a lone
+step, which the probe is measured against.
 
 With `--width W` > 1 it also picks the width, 1 to W. It learns the per-position
 acceptance of each width it runs; a width it has not run gets its α from the width it
@@ -57,6 +60,7 @@ PROBE_MIN_TOKENS = 4
 AR_STRETCH_STEPS = 8  # most steps an AR round writes in one request while AR wins
 AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the run stays responsive
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
+CEILING_MARGIN = 1.05  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 
 
 def depth_limit(max_depth: int, width: int) -> int:
@@ -212,10 +216,10 @@ class AdaptiveDepth:
             return 0, 1, math.nan  # an AR round measures the lone target step
         if not self.costs.slope_known:
             return (0, 1, math.nan) if self._forks_itself else (self.initial, 1, math.nan)  # a fork probe, or a fork
-        if self._ceiling() <= 1.0 + 1e-9:
+        if self._ceiling() <= CEILING_MARGIN:
             return (1, 1, math.nan) if self.measure_drafting and c is None else (0, 1, 1.0)
         if c is None or not self.costs.ready:
-            return self.initial, 1, math.nan  # branches may pay: draft a chain to measure the draft and the verifier
+            return 1, 1, math.nan  # branches may pay: draft one step to measure the draft and the verifier
         best = (0, 1, 1.0)
         for width, speedup in self.width_speedups().items():
             if speedup > best[2] + 1e-9:
@@ -225,7 +229,7 @@ class AdaptiveDepth:
 
     def _probe_is_a_fork(self) -> bool:
         """Probe the branches alone (cheap) while they make lookahead lose; else draft one step."""
-        return self._forks_itself and (self.costs.c() is None or self._ceiling() <= 1.0 + 1e-9)
+        return self._forks_itself and (self.costs.c() is None or self._ceiling() <= CEILING_MARGIN)
 
     def probe_spacing(self) -> int:
         """AR rounds between probes, so that a probe's loss against AR stays within PROBE_BUDGET."""
@@ -281,12 +285,13 @@ class AdaptiveDepth:
             others = (self.active_runs - 1) * self.mean_branches if self.active_runs > 1 else 0.0
             if record.branches:
                 self.mean_branches = 0.9 * self.mean_branches + 0.1 * record.branches
-        if record.probe_tokens and record.target_tokens:  # the probe's branch ran for part of the step
-            others += min(record.probe_tokens, record.target_tokens) / record.target_tokens
-        # not timed: a run's first round (its request prefills the prompt) and AR stretches (a request's
-        # fixed cost spreads over several steps' tokens, so they would look cheaper per token than a step)
-        if record.index and record.target_steps == 1:
-            self.costs.observe_target(record.branches, record.target_s, record.target_tokens, others)
+        # not timed: a run's first round (its request prefills the prompt) and AR stretches (see above)
+        if record.index and record.target_steps == 1 and record.target_tokens:
+            if record.target_tokens_all:  # a branch shorter than the longest ran beside it for part of its time
+                others += (record.target_tokens_all - record.target_tokens) / record.target_tokens
+            else:
+                others += record.branches - 1
+            self.costs.observe_target(1, record.target_s, record.target_tokens, others)
         self.costs.observe_draft(record.draft_s, record.draft_tokens)
         if record.judged:
             pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)

@@ -237,6 +237,7 @@ class Engine:
             ],
             started=started, draft_s=draft_s, target_s=t2 - t1, judge_s=t3 - t2, branches=len(branches),
             target_tokens=max(t.completion_tokens for t in targets[: len(branches)]),
+            target_tokens_all=sum(t.completion_tokens for t in targets),
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, width=tree.width,
         )
@@ -244,7 +245,7 @@ class Engine:
     def _finish_round(
         self, run: _Run, walk: AcceptanceWalk, *, depth: int, judged: list[JudgedDraft], started: float,
         draft_s: float, target_s: float, judge_s: float, branches: int, target_tokens: int, draft_tokens: int,
-        probe_tokens: int = 0, target_steps: int = 1, width: int = 1,
+        probe_tokens: int = 0, target_steps: int = 1, width: int = 1, target_tokens_all: int = 0,
     ) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
         record = RoundRecord(
@@ -252,7 +253,7 @@ class Engine:
             kept=walk.kept, finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos", started=started,
             draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=time.perf_counter() - started,
             branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, probe_tokens=probe_tokens,
-            target_steps=target_steps, width=width,
+            target_steps=target_steps, width=width, target_tokens_all=target_tokens_all,
         )
         run.metrics.observe_round(record, walk.outputs)
         self.policy.observe(record)  # before on_round, so a live view shows what this round taught the policy

@@ -48,6 +48,7 @@ class RoundRecord(BaseModel):
     target_steps: int = 1  # steps the longest target request wrote (an AR stretch writes several, depth.py)
     width: int = 1  # draft candidates per position (W)
     target_tokens: int = 0  # completion tokens of the round's longest target branch
+    target_tokens_all: int = 0  # completion tokens of all its target branches (a fork probe's included)
     draft_tokens: int = 0  # completion tokens drafted for this round (one candidate per level for trees)
 
 

@@ -26,6 +26,7 @@ def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0,
         finished=False, started=0.0, draft_s=depth * TOKENS * T * c, target_s=target_s,
         judge_s=judge_s if depth else 0.0, wall_s=1.0, branches=branches, target_tokens=tokens,
         draft_tokens=depth * TOKENS, probe_tokens=probe, target_steps=tokens // TOKENS, width=width,
+        target_tokens_all=tokens * branches + min(probe, TOKENS),
     )
 
 
@@ -93,6 +94,17 @@ def test_a_fixed_cost_per_request_is_fitted_so_step_length_does_not_fake_a_slope
     assert model.branch_cost(2) == pytest.approx((1.0 + mean * 0.4 * 2) / (1.0 + mean * 0.4))
 
 
+def test_a_forks_branches_count_by_their_tokens():
+    """A fork of 3 whose other two branches wrote half as many tokens as the longest: on a server where every
+    request in flight adds its full cost (s = 1), one other request was in flight on average, not two."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    lone = round_record(0, 0, 0, branch_cost=float)
+    policy.observe(lone)
+    fork = lone.model_copy(update={"branches": 3, "target_s": TOKENS * T * 2, "target_tokens_all": TOKENS * 2})
+    policy.observe(fork)
+    assert policy.costs.estimate().branch_slope == pytest.approx(1.0)
+
+
 def test_no_data_means_no_change_and_missing_figures_are_harmless():
     model = CostModel()
     assert not model.ready and model.c() is None and model.branch_cost(4) == 1.0 and model.judge_cost(3) == 0.0
@@ -107,7 +119,7 @@ def test_no_data_means_no_change_and_missing_figures_are_harmless():
     probe = plan.probe_tokens
     free = lambda n: 1.0  # noqa: E731
     policy.observe(round_record(0, 0, 0, branch_cost=free, probe=probe))
-    assert [policy.next_round().depth for _ in range(3)] == [3, 3, 3]  # branches may pay: fixed γ until it drafted
+    assert [policy.next_round().depth for _ in range(3)] == [1, 1, 1]  # branches may pay: one step measures c, j
     assert policy.cost_estimate().expected_speedup is None
 
 
