@@ -62,6 +62,7 @@ class CostEstimate(BaseModel):
     planned_width: int | None = None  # the W it would choose now
     width_speedups: dict[int, float] = {}  # with --width W > 1: the best expected speedup at each width
     expected_speedup: float | None = None  # over AR, by the theory with these costs
+    measured_gain: float | None = None  # tokens/s of the rounds that drafted over that of AR rounds, measured
 
 
 class _Average:

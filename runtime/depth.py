@@ -22,6 +22,11 @@ whether things changed (a fork probe while the branches alone make lookahead los
 else one drafted step): the probes are spaced so that what they cost stays within
 `PROBE_BUDGET` of the run's time.
 
+The model can miss costs (a client that runs out of CPU under load, a server that is
+sublinear where the fit is linear), so the rounds themselves are the last word: when the
+rounds that drafted advanced measurably slower (tokens per second) than AR rounds, it
+runs AR whatever the model says, and its drafted probes keep measuring.
+
 Between probes, while AR wins, an AR round writes several steps in one request (an AR
 stretch, no stop at the delimiter), as the target alone would: a request per step costs
 client and server work that plain AR does not pay, and under load that alone makes AR
@@ -61,6 +66,7 @@ AR_STRETCH_STEPS = 8  # most steps an AR round writes in one request while AR wi
 AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the run stays responsive
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 CEILING_MARGIN = 1.05  # drafting is tried only if free, always accepted drafts would beat AR by more than this
+LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than AR rounds: run AR
 
 
 def depth_limit(max_depth: int, width: int) -> int:
@@ -134,6 +140,7 @@ class AdaptiveDepth:
         self.costs = costs or CostModel()
         self._lock = threading.Lock()
         self._tallies: dict[int, tuple[float, float]] = {}  # width -> (accepted, rejected) positions, forgetting
+        self._rates: dict[str, tuple[float, float, float]] = {}  # "ar"/"draft" -> (rounds, tokens, seconds)
         self.last_width = 1  # of the last round that drafted
         self.ar_rounds = 0  # AR rounds since the last probe
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
@@ -209,6 +216,14 @@ class AdaptiveDepth:
             return {}
         return {w: self._best(w, min(self.alpha_at(w), 0.999), max(c, 1e-3))[1] for w in range(1, self.width + 1)}
 
+    def measured_gain(self) -> float | None:
+        """Tokens per second of the rounds that drafted over that of AR rounds, as measured (None until
+        both have a few rounds): what the model may miss, such as a client that runs out of CPU."""
+        if any(self._rates.get(kind, (0.0,))[0] < 2.0 for kind in ("ar", "draft")):
+            return None
+        (_, ar_tokens, ar_s), (_, tokens, seconds) = self._rates["ar"], self._rates["draft"]
+        return (tokens / seconds) / (ar_tokens / ar_s)
+
     def _plan(self) -> tuple[int, int, float]:
         """(γ, W, expected speedup) under the current estimates; nan where it is not known yet."""
         c = self.costs.c()
@@ -225,6 +240,9 @@ class AdaptiveDepth:
             if speedup > best[2] + 1e-9:
                 depth = self._best(width, min(self.alpha_at(width), 0.999), max(c, 1e-3))[0]
                 best = (depth, width, speedup)
+        gain = self.measured_gain()
+        if best[0] and gain is not None and gain < 1.0 - LOSS_MARGIN:
+            return 0, 1, 1.0  # the model says drafting pays, the rounds say it does not: they win
         return best
 
     def _probe_is_a_fork(self) -> bool:
@@ -241,6 +259,8 @@ class AdaptiveDepth:
         else:
             speedup = self._speedup(1, 1, min(self.alpha_at(1), 0.999), max(c, 1e-3),
                                     self.costs.judge_cost(1, self._concurrency()))
+            gain = self.measured_gain()
+            speedup = speedup if gain is None else min(speedup, gain)
             loss = max(0.0, 1.0 / speedup - 1.0)  # extra time of a γ = 1 round over an AR round, in AR rounds
         return min(PROBE_SPACING[1], max(PROBE_SPACING[0], math.ceil(loss / PROBE_BUDGET)))
 
@@ -293,6 +313,12 @@ class AdaptiveDepth:
                 others += record.branches - 1
             self.costs.observe_target(1, record.target_s, record.target_tokens, others)
         self.costs.observe_draft(record.draft_s, record.draft_tokens)
+        if record.index and record.output_tokens and record.wall_s > 0 and not record.probe_tokens:
+            with self._lock:
+                rounds, tokens, seconds = self._rates.get("draft" if record.depth else "ar", (0.0, 0.0, 0.0))
+                self._rates["draft" if record.depth else "ar"] = (
+                    self.forget * rounds + 1.0, self.forget * tokens + record.output_tokens,
+                    self.forget * seconds + record.wall_s)
         if record.judged:
             pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)
             self.costs.observe_judge(pairs, record.judge_s)
@@ -310,6 +336,7 @@ class AdaptiveDepth:
             depth, width, speedup = self._plan()
             return estimate.model_copy(update={
                 "alpha": self.alpha_at(width), "planned_depth": depth, "planned_width": width,
+                "measured_gain": self.measured_gain(),
                 "expected_speedup": None if math.isnan(speedup) else speedup,
                 "width_speedups": {w: round(s, 3) for w, s in self.width_speedups().items()} if self.width > 1 else {},
             })

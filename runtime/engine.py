@@ -36,7 +36,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Literal, Protocol
 
 from lookahead_reasoning.programs.step_types import StepOutput, split_steps
-from lookahead_reasoning.runtime.acceptance import AcceptanceWalk
+from lookahead_reasoning.runtime.acceptance import AcceptanceWalk, step_tokens
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.cost_model import CostEstimate
@@ -254,6 +254,7 @@ class Engine:
             draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=time.perf_counter() - started,
             branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, probe_tokens=probe_tokens,
             target_steps=target_steps, width=width, target_tokens_all=target_tokens_all,
+            output_tokens=sum(step_tokens(o) for o in walk.outputs),
         )
         run.metrics.observe_round(record, walk.outputs)
         self.policy.observe(record)  # before on_round, so a live view shows what this round taught the policy

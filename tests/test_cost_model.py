@@ -207,6 +207,33 @@ def test_a_width_never_run_gets_its_alpha_as_if_candidates_were_independent():
     assert policy.alpha_at(4) == pytest.approx(1 - (1 - alpha_1) ** 4)
 
 
+def test_rounds_that_measure_slower_than_ar_win_over_the_model():
+    """The model says drafting pays (free branches), but the drafting rounds advance at half the tokens per
+    second of AR rounds (say the client runs out of CPU): the policy runs AR, and drafts again when its
+    drafted probes measure fast rounds."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    free = lambda n: 1.0  # noqa: E731
+    _learn(policy, free)
+    assert policy.cost_estimate().planned_depth >= 3 and policy.measured_gain() is None
+
+    def timed(depth, seconds_per_token):
+        tokens = TOKENS * (depth + 1)
+        return round_record(depth, depth, depth, branch_cost=free).model_copy(
+            update={"output_tokens": tokens, "wall_s": tokens * seconds_per_token})
+
+    for _ in range(3):
+        policy.observe(timed(0, T))
+        policy.observe(timed(3, 2 * T))
+    assert policy.measured_gain() == pytest.approx(0.5)
+    estimate = policy.cost_estimate()
+    assert estimate.planned_depth == 0 and estimate.measured_gain == pytest.approx(0.5)
+    plans = [policy.next_round() for _ in range(60)]
+    assert any(p.depth == 1 for p in plans)  # drafted probes keep measuring
+    for _ in range(30):
+        policy.observe(timed(1, T / 1.5))  # the load is gone: drafting rounds are fast again
+    assert policy.cost_estimate().planned_depth >= 3
+
+
 def test_policy_drafts_deep_when_branches_are_free():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     free = lambda n: 1.0  # noqa: E731  an idle GPU
