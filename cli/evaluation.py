@@ -356,7 +356,7 @@ def bench(
 
     with Progress(console=err) as bar:
         task = bar.add_task("bench points", total=total)
-        points = run_grid(grid, latency, progress=lambda p: bar.advance(task))
+        points = run_grid(grid, latency, progress=_point_writer(bar, task, out and out / "bench.jsonl"))
         shift = None
         if alpha_shift:
             bar.update(task, description="α drop halfway: adaptive vs fixed γ")
@@ -373,6 +373,24 @@ def bench(
         print(bench_table(points))
         if shift:
             print(f"α 0.9 → 0.2 halfway (c = 0.1): speedup fixed γ=4 {shift['fixed']:.2f}×, adaptive {shift['adaptive']:.2f}×")
+
+
+def _point_writer(bar, task, path: Optional[Path]):
+    """Each finished point: shown above the progress bar and, with --out, appended to `path` at once, so
+    that a long grid that stops keeps what it measured."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+
+    def write(point) -> None:
+        bar.advance(task)
+        line = point.model_dump_json()
+        bar.console.print(line, markup=False, highlight=False)
+        if path is not None:
+            with path.open("a") as f:
+                f.write(line + "\n")
+
+    return write
 
 
 def _load_depth(text: str):
@@ -405,7 +423,7 @@ def _bench_load(quick, slopes, concurrencies, depths, engines, target_ms, as_jso
     total = len(grid.slopes) * len(grid.concurrency) * (1 + (len(grid.depths) - 1) * len(grid.engines))
     with Progress(console=err) as bar:
         task = bar.add_task("load points", total=total)
-        points = run_load_grid(grid, latency, progress=lambda p: bar.advance(task))
+        points = run_load_grid(grid, latency, progress=_point_writer(bar, task, out and out / "load.jsonl"))
     if out:
         write_load_report(points, out)
         err.print(f"report written to {out} (load.json, load.md, load.png)")

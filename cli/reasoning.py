@@ -54,6 +54,8 @@ def run(
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
     reasoner = LookaheadReasoner(server_set, config, remember_costs=True)
+    if baseline:
+        reasoner.warm_prompt(question)  # LR and AR both find the prompt prefilled: neither pays it alone
     result = reasoner.run(question, on_round=RoundPrinter(err, reasoner.policy))
     base = None
     if baseline:
@@ -99,6 +101,7 @@ def demo(
         if hasattr(reasoner.policy, "measure_drafting"):
             reasoner.policy.measure_drafting = True  # the summary reports c, j and α, so draft at least once
         err.print(f"[bold]question:[/] {question}")
+        reasoner.warm_prompt(question)  # LR and AR both find the prompt prefilled: neither pays it alone
         with err.status("lookahead reasoning…"):
             result = reasoner.run(question, on_round=RoundPrinter(err, reasoner.policy))
         with err.status("the target alone (AR baseline)…"):

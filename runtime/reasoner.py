@@ -11,6 +11,7 @@ from lookahead_reasoning.runtime.cost_model import load_costs, save_costs
 from lookahead_reasoning.runtime.endpoints import ROLES, Endpoints
 from lookahead_reasoning.runtime.depth import make_depth_policy
 from lookahead_reasoning.runtime.engine import Engine, make_engine
+from lookahead_reasoning.errors import target_failed
 from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord
 
 
@@ -50,6 +51,16 @@ class LookaheadReasoner:
 
     def baseline(self, question: str) -> BaselineResult:
         return run_baseline(self.connection.models, question, self.config)
+
+    def warm_prompt(self, question: str) -> None:
+        """Prefill the question's prompt on the target server (one token is written), so that a run and a
+        baseline that follow both find it in the cache: else the first pays the prefill and the second
+        does not, which on a CPU is seconds."""
+        models = self.connection.models
+        try:
+            models.generate(models.prompt(question), 1)
+        except Exception as error:
+            raise target_failed(error) from None
 
 
 def server_set_key(endpoints: Endpoints) -> str:

@@ -239,7 +239,34 @@ def test_bench_sim_json_and_report(capsys, tmp_path):
         assert p["ratio"] == pytest.approx(p["measured_speedup"] / p["theory_speedup"])
     assert {p["depth"] for p in points} == {1, "adaptive"}
     assert (tmp_path / "bench.json").exists() and (tmp_path / "bench.md").exists()
+    assert len((tmp_path / "bench.jsonl").read_text().splitlines()) == 4  # written point by point
     assert list(tmp_path.glob("speedup_*.png"))
+
+
+@pytest.mark.parametrize("option, value", [("--slopes", "-1"), ("--concurrencies", "0"), ("--depths", "ar,x"),
+                                           ("--engines", "fast"), ("--slopes", "a,b")])
+def test_invalid_bench_load_grids_get_one_line(capsys, option, value):
+    proc = invoke(capsys, "bench", "--load", option, value)
+    assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("error:")
+
+
+def test_bench_load_json_table_and_plot(capsys, tmp_path):
+    proc = invoke(capsys,
+        "bench", "--load", "--slopes", "0,1", "--concurrencies", "1,2", "--depths", "ar,2,adaptive",
+        "--engines", "sync", "--target-ms", "2", "--json", "--out", str(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    points = json.loads(proc.stdout)["points"]
+    assert len(points) == 2 * 2 * 3
+    keys = {"slope", "concurrency", "engine", "depth", "width", "tokens_per_s", "p50_s", "p99_s", "speedup_vs_ar"}
+    for p in points:
+        assert set(p) == keys and p["tokens_per_s"] > 0 and p["p99_s"] >= p["p50_s"] > 0
+        assert p["speedup_vs_ar"] == 1.0 if p["depth"] == "ar" else p["speedup_vs_ar"] > 0
+    assert {p["depth"] for p in points} == {"ar", 2, "adaptive"}
+    assert len((tmp_path / "load.jsonl").read_text().splitlines()) == len(points)  # written point by point
+    assert (tmp_path / "load.md").read_text().startswith("| slope | concurrency |")
+    assert (tmp_path / "load.png").stat().st_size > 0 and json.loads((tmp_path / "load.json").read_text())["points"]
 
 
 def test_launch_dry_run_prints_the_exact_commands_and_starts_nothing(capsys):
