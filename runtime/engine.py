@@ -174,7 +174,12 @@ class Engine:
         return policy.next_round() if run.drafting else RoundPlan(0)
 
     def _ar_stretch(self, run: _Run, tokens: int, started: float) -> RoundRecord:
-        """An AR round that writes several steps in one request, as the target alone would (depth.py)."""
+        """An AR round that writes several steps in one request, as the target alone would (depth.py); with a
+        deadline, no more than the tokens that fit before it at the measured time per token."""
+        estimate = self.policy.cost_estimate() if self.deadline is not None else None
+        if estimate is not None and estimate.target_s_per_token:
+            fits = (self.deadline - time.monotonic()) / estimate.target_s_per_token
+            tokens = max(1, min(tokens, int(fits)))
         t1 = time.perf_counter()
         try:
             output = self.models.generate(run.prefix, min(tokens, self.config.max_tokens - run.metrics.output_tokens))

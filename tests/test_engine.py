@@ -430,3 +430,26 @@ def test_while_ar_wins_the_engine_writes_several_steps_per_request(engine_class)
     assert result.round_log[0].target_steps == (8 if engine_class is SyncEngine else 5)
     assert models.calls["generate"] >= 1
     assert result.stats.output_tokens == 16 * 20 and result.stats.rounds < 8
+
+
+def test_an_ar_stretch_stops_at_the_deadline():
+    """With at most 0.05 s left at 0.01 s per token, a stretch asks for at most 5 tokens, not 8 steps."""
+    import time
+
+    from lookahead_reasoning.errors import TimeLimitExceeded
+    from lookahead_reasoning.runtime.cost_model import CostModel
+    from lookahead_reasoning.runtime.depth import AdaptiveDepth
+
+    steps = [" ".join(f"w{i}x{k}" for k in range(16)) for i in range(20)]
+    costs = CostModel()
+    costs.observe_target(1, 16 * 0.01, 16)
+    costs.observe_target(1, 16 * 0.01 * 1.25, 16, others=0.25)
+    config = LookaheadConfig(depth=2, adaptive_depth=True, max_step_tokens=32, max_tokens=1000)
+    rounds = []
+    engine = SyncEngine(config, ScriptedModels(steps), FastPathVerifier(ScriptedJudge()), on_round=rounds.append,
+                        policy=AdaptiveDepth("sync", 2, 8, costs=costs), deadline=time.monotonic() + 0.05)
+    try:
+        engine.run("q")
+    except TimeLimitExceeded:
+        pass
+    assert rounds and 1 <= rounds[0].target_tokens <= 5
