@@ -385,7 +385,7 @@ def _point_writer(bar, task, path: Optional[Path]):
     def write(point) -> None:
         bar.advance(task)
         line = point.model_dump_json()
-        bar.console.print(line, markup=False, highlight=False)
+        bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
         if path is not None:
             with path.open("a") as f:
                 f.write(line + "\n")

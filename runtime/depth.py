@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -88,7 +89,38 @@ class RoundPlan:
     stretch_tokens: int = 0  # an AR round that writes several steps in one request: its token cap
 
 
+class TargetLoad:
+    """Target requests in flight across the runs that share a policy, integrated over time, so that a
+    request's load is what it saw on average (`lookahead serve`: other runs come and go)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.in_flight, self.integral, self.stamp = 0, 0.0, time.monotonic()
+
+    def _advance(self) -> None:
+        now = time.monotonic()
+        self.integral += self.in_flight * (now - self.stamp)
+        self.stamp = now
+
+    def started(self, requests: int) -> tuple[float, float]:
+        with self._lock:
+            self._advance()
+            self.in_flight += requests
+            return self.integral, self.stamp
+
+    def finished(self, requests: int, mark: tuple[float, float]) -> float:
+        """The mean number of *other* target requests in flight since `mark` (from `started`)."""
+        with self._lock:
+            self._advance()
+            self.in_flight -= requests
+            elapsed = self.stamp - mark[1]
+            mean = (self.integral - mark[0]) / elapsed if elapsed > 0 else float(requests)
+            return max(0.0, mean - requests)
+
+
 class DepthPolicy(Protocol):
+    target_load: TargetLoad | None  # where the engines report target requests in flight (None: not measured)
+
     def run_started(self) -> None: ...
 
     def run_finished(self) -> None: ...
@@ -103,6 +135,8 @@ class DepthPolicy(Protocol):
 
 
 class FixedDepth:
+    target_load = None
+
     def __init__(self, depth: int, width: int = 1):
         self.depth = depth
         self.width = width
@@ -145,6 +179,7 @@ class AdaptiveDepth:
         self.ar_rounds = 0  # AR rounds since the last probe
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.mean_branches = 1.0  # target requests per round, forgetting: what another run has in flight
+        self.target_load = TargetLoad()  # ...measured where the engine reports its target requests
         # draft once (γ = 1) even when the branches alone rule lookahead out, to measure c, j and α for a
         # report (`lookahead demo`); runs that only want the answer fast leave this off
         self.measure_drafting = False
@@ -305,6 +340,8 @@ class AdaptiveDepth:
             others = (self.active_runs - 1) * self.mean_branches if self.active_runs > 1 else 0.0
             if record.branches:
                 self.mean_branches = 0.9 * self.mean_branches + 0.1 * record.branches
+        if record.target_others is not None:  # measured while the round's fork was in flight
+            others = record.target_others
         # not timed: a run's first round (its request prefills the prompt) and AR stretches (see above)
         if record.index and record.target_steps == 1 and record.target_tokens:
             if record.target_tokens_all:  # a branch shorter than the longest ran beside it for part of its time

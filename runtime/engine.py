@@ -210,11 +210,15 @@ class Engine:
         if probe_tokens:  # the start of the same step once more in the fork: what a second branch costs, B(2)
             continuations.append("")
             caps = [cap, min(cap, probe_tokens)]
+        load = self.policy.target_load
+        mark = load.started(len(continuations)) if load is not None else None
         try:
             # after the first round the prefix was written by a target branch: already in the cache
             targets = self.models.target(run.prefix, continuations, caps, commit_prefix=not run.log)
         except Exception as error:
             raise target_failed(error) from None
+        finally:
+            others = load.finished(len(continuations), mark) if load is not None else None
         if len(targets) != len(continuations):
             raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
         run.metrics.count_tokens("target", targets[: len(branches)])  # the first round's root branch gives the run's prompt tokens
@@ -242,7 +246,7 @@ class Engine:
             ],
             started=started, draft_s=draft_s, target_s=t2 - t1, judge_s=t3 - t2, branches=len(branches),
             target_tokens=max(t.completion_tokens for t in targets[: len(branches)]),
-            target_tokens_all=sum(t.completion_tokens for t in targets),
+            target_tokens_all=sum(t.completion_tokens for t in targets), target_others=others,
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, width=tree.width,
         )
@@ -251,6 +255,7 @@ class Engine:
         self, run: _Run, walk: AcceptanceWalk, *, depth: int, judged: list[JudgedDraft], started: float,
         draft_s: float, target_s: float, judge_s: float, branches: int, target_tokens: int, draft_tokens: int,
         probe_tokens: int = 0, target_steps: int = 1, width: int = 1, target_tokens_all: int = 0,
+        target_others: float | None = None,
     ) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
         record = RoundRecord(
@@ -259,7 +264,7 @@ class Engine:
             draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=time.perf_counter() - started,
             branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, probe_tokens=probe_tokens,
             target_steps=target_steps, width=width, target_tokens_all=target_tokens_all,
-            output_tokens=sum(step_tokens(o) for o in walk.outputs),
+            output_tokens=sum(step_tokens(o) for o in walk.outputs), target_others=target_others,
         )
         run.metrics.observe_round(record, walk.outputs)
         self.policy.observe(record)  # before on_round, so a live view shows what this round taught the policy

@@ -50,6 +50,7 @@ class RoundRecord(BaseModel):
     target_tokens: int = 0  # completion tokens of the round's longest target branch
     target_tokens_all: int = 0  # completion tokens of all its target branches (a fork probe's included)
     output_tokens: int = 0  # tokens of the steps it kept
+    target_others: float | None = None  # other runs' target requests in flight, on average, during its fork
     draft_tokens: int = 0  # completion tokens drafted for this round (one candidate per level for trees)
 
 

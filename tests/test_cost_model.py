@@ -302,3 +302,17 @@ def test_the_demo_says_what_it_measured_decided_and_projects(capsys):
     assert "projection (theory, not a measurement)" in out
     assert "γ = 0" not in out.split("projection")[1]  # at free branches the same α drafts
     assert describe_costs(estimate).endswith("→ AR, expected 1.00× AR")
+
+
+def test_target_load_is_the_other_requests_in_flight_on_average():
+    import time
+
+    from lookahead_reasoning.runtime.depth import TargetLoad
+
+    load = TargetLoad()
+    mark = load.started(2)  # our fork of two branches
+    other = load.started(1)  # another run's request, in flight for about half of our fork's time
+    time.sleep(0.1)
+    assert load.finished(1, other) == pytest.approx(2.0, abs=0.01)  # it saw our two all along
+    time.sleep(0.1)
+    assert load.finished(2, mark) == pytest.approx(0.5, abs=0.1)
