@@ -181,10 +181,15 @@ class Engine:
             fits = (self.deadline - time.monotonic()) / estimate.target_s_per_token
             tokens = max(1, min(tokens, int(fits)))
         t1 = time.perf_counter()
+        load = self.policy.target_load
+        mark = load.started(1) if load is not None else None  # not timed itself, but other runs' forks see it
         try:
             output = self.models.generate(run.prefix, min(tokens, self.config.max_tokens - run.metrics.output_tokens))
         except Exception as error:
             raise target_failed(error) from None
+        finally:
+            if load is not None:
+                load.finished(1, mark)
         run.metrics.count_tokens("target", [output])
         steps = split_steps(output, self.config.delimiter)
         walk = self._walk(run)

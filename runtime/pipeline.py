@@ -29,9 +29,10 @@ from lookahead_reasoning.runtime.results import JudgedDraft
 class ChainPipeline:
     """The in-flight state of one round: drafts and target steps, keyed by position."""
 
-    def __init__(self, models, pool: ThreadPoolExecutor, prefix: str, depth: int, cap: int):
+    def __init__(self, models, pool: ThreadPoolExecutor, prefix: str, depth: int, cap: int, load=None):
         self.models = models
         self.pool = pool
+        self.load = load  # the policy's TargetLoad: other runs' measurements see these requests
         self.prefix = prefix
         self.depth = depth
         self.cap = cap
@@ -60,11 +61,15 @@ class ChainPipeline:
 
         def work():
             t0 = time.perf_counter()
+            mark = self.load.started(1) if self.load is not None else None
             try:
                 [step] = self.models.target(self.prefix, [continuation], self.cap)
             except BaseException as error:
                 future.set_exception(error)
                 return
+            finally:
+                if self.load is not None:
+                    self.load.finished(1, mark)
             self.target_times.append(time.perf_counter() - t0)
             self.target_tokens.append(step.completion_tokens)
             future.set_result(step)
@@ -122,7 +127,7 @@ def run_chain_round(engine, run, walk: AcceptanceWalk, depth: int, cap: int, poo
 
     Returns (judged records, pipeline, judge seconds); the kept steps are in `walk`.
     """
-    pipe = ChainPipeline(engine.models, pool, run.prefix, depth, cap)
+    pipe = ChainPipeline(engine.models, pool, run.prefix, depth, cap, engine.policy.target_load)
     judged: list[JudgedDraft] = []
     judge_s = 0.0
     i = 1
