@@ -340,13 +340,13 @@ class AdaptiveDepth:
             others = (self.active_runs - 1) * self.mean_branches if self.active_runs > 1 else 0.0
             if record.branches:
                 self.mean_branches = 0.9 * self.mean_branches + 0.1 * record.branches
-        if record.target_others is not None:  # measured while the round's fork was in flight
+        if record.target_others is not None:  # measured while the round's requests were in flight
             others = record.target_others
         # not timed: a run's first round (its request prefills the prompt) and AR stretches (see above)
         if record.index and record.target_steps == 1 and record.target_tokens:
             if record.target_tokens_all:  # a branch shorter than the longest ran beside it for part of its time
                 others += (record.target_tokens_all - record.target_tokens) / record.target_tokens
-            else:
+            elif record.target_others is None:  # a guess: all its requests in flight together
                 others += record.branches - 1
             self.costs.observe_target(1, record.target_s, record.target_tokens, others)
         self.costs.observe_draft(record.draft_s, record.draft_tokens)

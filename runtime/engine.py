@@ -361,6 +361,7 @@ class AsyncEngine(Engine):
                     judge_s=judge_s / max(1, len(judged)), branches=len(pipe.target_times),
                     target_tokens=round(statistics.mean(pipe.target_tokens)) if pipe.target_tokens else 0,
                     draft_tokens=sum(pipe.draft_tokens),
+                    target_others=statistics.mean(pipe.target_others) if pipe.target_others else None,
                 )
             if self._done(run, record):
                 return

@@ -45,6 +45,7 @@ class ChainPipeline:
         self.draft_tokens: list[int] = []
         self.target_times: list[float] = []
         self.target_tokens: list[int] = []
+        self.target_others: list[float] = []  # target requests in flight beside each (its siblings included)
         self.draft_error: BaseException | None = None
         self._launch_target(0, "")
         if depth > 0:
@@ -69,7 +70,7 @@ class ChainPipeline:
                 return
             finally:
                 if self.load is not None:
-                    self.load.finished(1, mark)
+                    self.target_others.append(self.load.finished(1, mark))
             self.target_times.append(time.perf_counter() - t0)
             self.target_tokens.append(step.completion_tokens)
             future.set_result(step)
