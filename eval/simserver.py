@@ -49,7 +49,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
 from lookahead_reasoning.errors import LookaheadError
-from lookahead_reasoning.runtime.processes import UvicornThread, answers, free_port, stop_group, wait_until
+from lookahead_reasoning.runtime.processes import (
+    UvicornThread, answers, dies_with_parent, free_port, stop_group, wait_until,
+)
 
 DELIM = "\n\n"
 ASSISTANT = "<|im_start|>assistant\n"
@@ -386,8 +388,8 @@ class SimCluster:
             for role in ("draft", "target", "judge"):
                 port = free_port()
                 self.procs[role] = subprocess.Popen(
-                    [sys.executable, "-m", "lookahead_reasoning.cli", "simserver", "--role", role,
-                     "--port", str(port)],
+                    dies_with_parent([sys.executable, "-m", "lookahead_reasoning.cli", "simserver", "--role", role,
+                                      "--port", str(port)]),
                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
                 )
                 self.urls[role] = f"http://127.0.0.1:{port}"

@@ -154,3 +154,38 @@ def test_the_cluster_factory_takes_settings_per_role(sim_servers):
     with pytest.raises(AssertionError, match="a draft SimConfig given for the judge server"):
         with sim_servers(judge=SimConfig(role="draft")):
             pass
+
+
+def test_a_benchmarks_simulated_servers_die_with_it():
+    """The cluster's server processes go when the process that started them is killed (bench stopped by a
+    signal): no orphans on the machine."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import os, signal\n"
+        "from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster\n"
+        "cluster = SimCluster(LatencyModel()).__enter__()\n"
+        "print(' '.join(str(p.pid) for p in cluster.procs.values()), flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    pids = [int(p) for p in out.stdout.split()]
+    assert len(pids) == 3, out.stderr
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(") ")[-1][0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 15
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p for p in pids if alive(p)]
+    for pid in left:  # the test's own servers, by PID
+        os.kill(pid, 9)
+    assert not left
