@@ -241,7 +241,7 @@ class AdaptiveDepth:
 
     def _ceiling(self) -> float:
         """The speedup drafting would give if every draft were accepted, free and judged for free:
-        when even that is at most 1, the branches alone make lookahead lose, whatever the draft."""
+        when even that is within CEILING_MARGIN of 1, the branches alone make lookahead lose, whatever the draft."""
         return self._best(1, 0.999, 1e-3, 0.0)[1]  # a chain: with every draft accepted, more width only costs
 
     def width_speedups(self) -> dict[int, float]:
