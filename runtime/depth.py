@@ -25,7 +25,8 @@ else one drafted step): the probes are spaced so that what they cost stays withi
 The model can miss costs (a client that runs out of CPU under load, a server that is
 sublinear where the fit is linear), so the rounds themselves are the last word: when the
 rounds that drafted advanced measurably slower (tokens per second) than AR rounds, it
-runs AR whatever the model says, and its drafted probes keep measuring.
+runs AR whatever the model says. That measurement expires as AR rounds go by (a few
+tens of rounds), and then drafting is measured again.
 
 Between probes, while AR wins, an AR round writes several steps in one request (an AR
 stretch, no stop at the delimiter), as the target alone would: a request per step costs
@@ -68,6 +69,7 @@ AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the run sta
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 CEILING_MARGIN = 1.05  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than AR rounds: run AR
+STALE_FORGET = 0.98  # per round of the other kind: a measurement of AR or drafting rounds expires
 
 
 def depth_limit(max_depth: int, width: int) -> int:
@@ -351,11 +353,13 @@ class AdaptiveDepth:
             self.costs.observe_target(1, record.target_s, record.target_tokens, others)
         self.costs.observe_draft(record.draft_s, record.draft_tokens)
         if record.index and record.output_tokens and record.wall_s > 0 and not record.probe_tokens:
+            kind, other = ("draft", "ar") if record.depth else ("ar", "draft")
             with self._lock:
-                rounds, tokens, seconds = self._rates.get("draft" if record.depth else "ar", (0.0, 0.0, 0.0))
-                self._rates["draft" if record.depth else "ar"] = (
-                    self.forget * rounds + 1.0, self.forget * tokens + record.output_tokens,
-                    self.forget * seconds + record.wall_s)
+                rounds, tokens, seconds = self._rates.get(kind, (0.0, 0.0, 0.0))
+                self._rates[kind] = (self.forget * rounds + 1.0, self.forget * tokens + record.output_tokens,
+                                     self.forget * seconds + record.wall_s)
+                if other in self._rates:  # what the other kind measured grows stale: in time, it is measured again
+                    self._rates[other] = tuple(STALE_FORGET * value for value in self._rates[other])
         if record.judged:
             pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)
             self.costs.observe_judge(pairs, record.judge_s)

@@ -37,11 +37,14 @@ def test_serve_backs_off_under_load_and_drafts_again_when_it_falls(sim_servers):
         app = build_app(Connection(sims.endpoints(), config), config, ServeSettings(max_concurrent=4))
         policy = app.state.service.policy
         with UvicornThread(app) as frontend:
-            _ask(frontend.url, n=2)  # batches are free: the shared model learns that, and drafts
+            for _ in range(8):  # batches are free: the shared model learns that (a probe, a one-step draft), and drafts
+                _ask(frontend.url)
+                if policy.cost_estimate().planned_depth >= 1:
+                    break
             assert policy.cost_estimate().planned_depth >= 1
 
             _set_slope(sims, 1.0)  # load: every extra concurrent request costs as much as one more
-            for _ in range(6):
+            for _ in range(12):
                 _ask(frontend.url, n=4, concurrency=4)
                 if policy.cost_estimate().planned_depth == 0:
                     break
@@ -49,7 +52,7 @@ def test_serve_backs_off_under_load_and_drafts_again_when_it_falls(sim_servers):
             assert policy.costs.estimate().branch_slope > 0.2  # the server no longer batches for free
 
             _set_slope(sims, 0.0)  # the load is gone: the probes see it, and the requests draft again
-            for _ in range(30):
+            for _ in range(80):  # the probes are spaced to cost 2 %: seeing the load gone takes a while
                 _ask(frontend.url)
                 if policy.cost_estimate().planned_depth >= 1:
                     break
