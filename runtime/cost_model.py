@@ -99,6 +99,7 @@ class CostModel:
         self._judge = _Average(forget)  # seconds per round / B(pairs)
         self._step_tokens = _Average(forget)
         self.observations = 0
+        self._fitted: tuple[float | None, float | None, float] | None = None  # `_fit`, until a target observation
 
     def _averages(self) -> dict[str, _Average]:
         return {**self._moments, "x": self._x, "xx": self._xx, "alone": self._alone,
@@ -120,6 +121,7 @@ class CostModel:
             for name, avg in self._averages().items():
                 avg.restore(parsed[name])
             self.observations = observations
+            self._fitted = None
 
     # -- observations ---------------------------------------------------------------
     def observe_target(self, branches: int, seconds: float, longest_tokens: int, others: float = 0.0) -> None:
@@ -138,6 +140,7 @@ class CostModel:
             self._xx.add(x * x)
             if x == 0:
                 self._alone.add(seconds / tokens)
+            self._fitted = None
             self._step_tokens.add(longest_tokens)
             self.observations += 1
 
@@ -154,7 +157,12 @@ class CostModel:
     # -- estimates ------------------------------------------------------------------
     def _fit(self) -> tuple[float | None, float | None, float]:
         """(t₁, s, o): the target's seconds per token alone, its slope, and a request's fixed seconds;
-        None where the data cannot tell."""
+        None where the data cannot tell. Solved once per target observation: a plan asks for it often."""
+        if self._fitted is None:
+            self._fitted = self._least_squares()
+        return self._fitted
+
+    def _least_squares(self) -> tuple[float | None, float | None, float]:
         m = {name: avg.value for name, avg in self._moments.items()}
         if m["1*T"] is None:
             return None, None, 0.0

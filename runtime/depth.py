@@ -52,8 +52,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Iterator, Protocol
 
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel
@@ -119,15 +120,29 @@ class TargetLoad:
             mean = (self.integral - mark[0]) / elapsed if elapsed > 0 else float(requests)
             return max(0.0, mean - requests)
 
+    @contextmanager
+    def track(self, requests: int) -> Iterator[Tracked]:
+        """`requests` in flight for the block; after it, `.others` is what else was in flight meanwhile."""
+        tracked, mark = Tracked(), self.started(requests)
+        try:
+            yield tracked
+        finally:
+            tracked.others = self.finished(requests, mark)
+
+
+@dataclass
+class Tracked:
+    others: float = 0.0  # the mean number of other target requests in flight
+
 
 class DepthPolicy(Protocol):
-    target_load: TargetLoad | None  # where the engines report target requests in flight (None: not measured)
+    target_load: TargetLoad  # where the engines report their target requests in flight
 
     def run_started(self) -> None: ...
 
     def run_finished(self) -> None: ...
 
-    def next_round(self) -> RoundPlan: ...
+    def next_round(self, seconds_left: float | None = None) -> RoundPlan: ...
 
     def peek_round(self) -> RoundPlan: ...
 
@@ -137,11 +152,10 @@ class DepthPolicy(Protocol):
 
 
 class FixedDepth:
-    target_load = None
-
     def __init__(self, depth: int, width: int = 1):
         self.depth = depth
         self.width = width
+        self.target_load = TargetLoad()
 
     def run_started(self) -> None:
         pass
@@ -149,7 +163,7 @@ class FixedDepth:
     def run_finished(self) -> None:
         pass
 
-    def next_round(self) -> RoundPlan:
+    def next_round(self, seconds_left: float | None = None) -> RoundPlan:
         return RoundPlan(self.depth, self.width)
 
     def peek_round(self) -> RoundPlan:
@@ -180,8 +194,7 @@ class AdaptiveDepth:
         self.last_width = 1  # of the last round that drafted
         self.ar_rounds = 0  # AR rounds since the last probe
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
-        self.mean_branches = 1.0  # target requests per round, forgetting: what another run has in flight
-        self.target_load = TargetLoad()  # ...measured where the engine reports its target requests
+        self.target_load = TargetLoad()  # the target requests in flight across those runs
         # draft once (γ = 1) even when the branches alone rule lookahead out, to measure c, j and α for a
         # report (`lookahead demo`); runs that only want the answer fast leave this off
         self.measure_drafting = False
@@ -246,12 +259,16 @@ class AdaptiveDepth:
         when even that is within CEILING_MARGIN of 1, the branches alone make lookahead lose, whatever the draft."""
         return self._best(1, 0.999, 1e-3, 0.0)[1]  # a chain: with every draft accepted, more width only costs
 
-    def width_speedups(self) -> dict[int, float]:
-        """The best expected speedup at each width the policy may choose (empty until it can plan)."""
+    def _best_by_width(self) -> dict[int, tuple[int, float]]:
+        """(γ, expected speedup) at each width the policy may choose (empty until it can plan)."""
         c = self.costs.c()
         if c is None or not self.costs.ready:
             return {}
-        return {w: self._best(w, min(self.alpha_at(w), 0.999), max(c, 1e-3))[1] for w in range(1, self.width + 1)}
+        return {w: self._best(w, min(self.alpha_at(w), 0.999), max(c, 1e-3)) for w in range(1, self.width + 1)}
+
+    def width_speedups(self) -> dict[int, float]:
+        """The best expected speedup at each width the policy may choose (empty until it can plan)."""
+        return {width: speedup for width, (_, speedup) in self._best_by_width().items()}
 
     def measured_gain(self) -> float | None:
         """Tokens per second of the rounds that drafted over that of AR rounds, as measured (None until
@@ -273,9 +290,8 @@ class AdaptiveDepth:
         if c is None or not self.costs.ready:
             return 1, 1, math.nan  # branches may pay: draft one step to measure the draft and the verifier
         best = (0, 1, 1.0)
-        for width, speedup in self.width_speedups().items():
+        for width, (depth, speedup) in self._best_by_width().items():
             if speedup > best[2] + 1e-9:
-                depth = self._best(width, min(self.alpha_at(width), 0.999), max(c, 1e-3))[0]
                 best = (depth, width, speedup)
         gain = self.measured_gain()
         if best[0] and gain is not None and gain < 1.0 - LOSS_MARGIN:
@@ -307,7 +323,8 @@ class AdaptiveDepth:
             depth, width, _ = self._plan()
             return RoundPlan(depth or 1, width)
 
-    def next_round(self) -> RoundPlan:
+    def next_round(self, seconds_left: float | None = None) -> RoundPlan:
+        """The next round; `seconds_left` (a deadline) caps an AR stretch to what fits at the measured speed."""
         with self._lock:
             depth, width, _ = self._plan()
             if depth or self.costs.target_alone_unknown:
@@ -320,36 +337,35 @@ class AdaptiveDepth:
                 if not self._probe_is_a_fork():
                     return RoundPlan(1)
                 return RoundPlan(0, probe_tokens=self._probe_tokens())
-            steps, step_tokens = self._stretch(spacing - self.ar_rounds - 1)  # a lone step just before a probe
+            steps, tokens = self._stretch(spacing - self.ar_rounds - 1, seconds_left)  # a lone step before a probe
             self.ar_rounds += steps
-            return RoundPlan(0, stretch_tokens=steps * step_tokens if steps > 1 else 0)
+            return RoundPlan(0, stretch_tokens=tokens)
 
     def _probe_tokens(self) -> int:
         step_tokens = self.costs.estimate().step_tokens or PROBE_MIN_TOKENS / PROBE_SHARE
         return max(PROBE_MIN_TOKENS, math.ceil(PROBE_SHARE * step_tokens))
 
-    def _stretch(self, until_probe: int) -> tuple[int, int]:
-        """(steps, tokens per step) of the next AR round: up to the next probe, within the stretch limits."""
+    def _stretch(self, until_probe: int, seconds_left: float | None) -> tuple[int, int]:
+        """(steps, token cap) of the next AR round: up to the next probe, within the stretch limits and the
+        time left; (1, 0) for a lone step."""
         estimate = self.costs.estimate()
         if until_probe <= 1 or not (estimate.step_tokens and estimate.target_s_per_token):
             return 1, 0
         step_s = estimate.step_tokens * estimate.target_s_per_token
         steps = min(until_probe, AR_STRETCH_STEPS, max(1, math.floor(AR_STRETCH_SECONDS / step_s + 1e-6)))
-        return steps, max(1, round(estimate.step_tokens))
+        if steps == 1:
+            return 1, 0
+        tokens = steps * max(1, round(estimate.step_tokens))
+        if seconds_left is not None:
+            tokens = max(1, min(tokens, int(seconds_left / estimate.target_s_per_token)))
+        return steps, tokens
 
     def observe(self, record: RoundRecord) -> None:
-        with self._lock:
-            others = (self.active_runs - 1) * self.mean_branches if self.active_runs > 1 else 0.0
-            if record.branches:
-                self.mean_branches = 0.9 * self.mean_branches + 0.1 * record.branches
-        if record.target_others is not None:  # measured while the round's requests were in flight
-            others = record.target_others
         # not timed: a run's first round (its request prefills the prompt) and AR stretches (see above)
         if record.index and record.target_steps == 1 and record.target_tokens:
+            others = record.target_others or 0.0  # measured while the round's requests were in flight
             if record.target_tokens_all:  # a branch shorter than the longest ran beside it for part of its time
                 others += (record.target_tokens_all - record.target_tokens) / record.target_tokens
-            elif record.target_others is None:  # a guess: all its requests in flight together
-                others += record.branches - 1
             self.costs.observe_target(1, record.target_s, record.target_tokens, others)
         self.costs.observe_draft(record.draft_s, record.draft_tokens)
         if record.index and record.output_tokens and record.wall_s > 0 and not record.probe_tokens:

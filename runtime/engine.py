@@ -171,25 +171,19 @@ class Engine:
 
     def _plan(self, run: _Run, policy: DepthPolicy) -> RoundPlan:
         """The next round's plan; once drafting was turned off, AR rounds of one step."""
-        return policy.next_round() if run.drafting else RoundPlan(0)
+        if not run.drafting:
+            return RoundPlan(0)
+        return policy.next_round(None if self.deadline is None else self.deadline - time.monotonic())
 
     def _ar_stretch(self, run: _Run, tokens: int, started: float) -> RoundRecord:
-        """An AR round that writes several steps in one request, as the target alone would (depth.py); with a
-        deadline, no more than the tokens that fit before it at the measured time per token."""
-        estimate = self.policy.cost_estimate() if self.deadline is not None else None
-        if estimate is not None and estimate.target_s_per_token:
-            fits = (self.deadline - time.monotonic()) / estimate.target_s_per_token
-            tokens = max(1, min(tokens, int(fits)))
+        """An AR round that writes several steps in one request, as the target alone would (depth.py)."""
         t1 = time.perf_counter()
-        load = self.policy.target_load
-        mark = load.started(1) if load is not None else None  # not timed itself, but other runs' forks see it
+        tokens = min(tokens, self.config.max_tokens - run.metrics.output_tokens)
         try:
-            output = self.models.generate(run.prefix, min(tokens, self.config.max_tokens - run.metrics.output_tokens))
+            with self.policy.target_load.track(1):  # not timed itself, but other runs' forks see it
+                output = self.models.generate(run.prefix, tokens)
         except Exception as error:
             raise target_failed(error) from None
-        finally:
-            if load is not None:
-                load.finished(1, mark)
         run.metrics.count_tokens("target", [output])
         steps = split_steps(output, self.config.delimiter)
         walk = self._walk(run)
@@ -215,15 +209,12 @@ class Engine:
         if probe_tokens:  # the start of the same step once more in the fork: what a second branch costs, B(2)
             continuations.append("")
             caps = [cap, min(cap, probe_tokens)]
-        load = self.policy.target_load
-        mark = load.started(len(continuations)) if load is not None else None
         try:
-            # after the first round the prefix was written by a target branch: already in the cache
-            targets = self.models.target(run.prefix, continuations, caps, commit_prefix=not run.log)
+            with self.policy.target_load.track(len(continuations)) as load:
+                # after the first round the prefix was written by a target branch: already in the cache
+                targets = self.models.target(run.prefix, continuations, caps, commit_prefix=not run.log)
         except Exception as error:
             raise target_failed(error) from None
-        finally:
-            others = load.finished(len(continuations), mark) if load is not None else None
         if len(targets) != len(continuations):
             raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
         run.metrics.count_tokens("target", targets[: len(branches)])  # the first round's root branch gives the run's prompt tokens
@@ -251,7 +242,7 @@ class Engine:
             ],
             started=started, draft_s=draft_s, target_s=t2 - t1, judge_s=t3 - t2, branches=len(branches),
             target_tokens=max(t.completion_tokens for t in targets[: len(branches)]),
-            target_tokens_all=sum(t.completion_tokens for t in targets), target_others=others,
+            target_tokens_all=sum(t.completion_tokens for t in targets), target_others=load.others,
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, width=tree.width,
         )

@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.runtime.acceptance import AcceptanceWalk
+from lookahead_reasoning.runtime.depth import TargetLoad
 from lookahead_reasoning.errors import target_failed
 from lookahead_reasoning.runtime.results import JudgedDraft
 
@@ -29,7 +30,7 @@ from lookahead_reasoning.runtime.results import JudgedDraft
 class ChainPipeline:
     """The in-flight state of one round: drafts and target steps, keyed by position."""
 
-    def __init__(self, models, pool: ThreadPoolExecutor, prefix: str, depth: int, cap: int, load=None):
+    def __init__(self, models, pool: ThreadPoolExecutor, prefix: str, depth: int, cap: int, load: TargetLoad):
         self.models = models
         self.pool = pool
         self.load = load  # the policy's TargetLoad: other runs' measurements see these requests
@@ -62,15 +63,13 @@ class ChainPipeline:
 
         def work():
             t0 = time.perf_counter()
-            mark = self.load.started(1) if self.load is not None else None
             try:
-                [step] = self.models.target(self.prefix, [continuation], self.cap)
+                with self.load.track(1) as load:
+                    [step] = self.models.target(self.prefix, [continuation], self.cap)
             except BaseException as error:
                 future.set_exception(error)
                 return
-            finally:
-                if self.load is not None:
-                    self.target_others.append(self.load.finished(1, mark))
+            self.target_others.append(load.others)
             self.target_times.append(time.perf_counter() - t0)
             self.target_tokens.append(step.completion_tokens)
             future.set_result(step)
