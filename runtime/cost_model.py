@@ -3,23 +3,26 @@
 Steps differ in length, so times are modelled per token, and every estimate forgets at
 the same rate so the model follows a change in load.
 
-The target server: a request of L tokens takes T = o + L·t(a), a fixed cost o (HTTP,
-scheduling, the prefill of the last step) and a time per token that grows with the
-requests the server decodes at once, t(a) = t₁ (1 + s (a − 1)), with s = 0 on an idle
-GPU (a batch costs one request) and s ≈ 1 on a CPU or a saturated GPU. Every timed
-target request the runs send is an observation (a = its fork's width plus what the
-other runs sharing this model have in flight), and o, t₁ and s are fitted by
-forgetting least squares of T on (1, L, L·(a − 1)). Without o, short steps would look
-slower per token than long ones, and that noise would swamp s. The branch cost the
-theory needs follows, for a step of L̄ tokens (the mean): when C runs share the servers
-and all follow this policy, a fork of n branches costs
+The target server: a request of L tokens takes T = o + L·(t₁ + u (a − 1)), a fixed cost o
+(HTTP, scheduling, the prefill of the last step), a time per token alone t₁, and u, what
+each other request the server decodes at once adds per token: u = 0 on an idle GPU (a
+batch costs one request), u ≈ t₁ on a CPU or a saturated GPU. Every timed target request
+the runs send is an observation (a = its fork's width plus what the other runs sharing
+this model have in flight), and o, t₁ and u are fitted, each ≥ 0, by forgetting least
+squares per token: of T/L on (1, 1/L, a − 1). Without o, short steps would look
+slower per token than long ones, and that noise would swamp u; o is fitted only where
+requests' lengths vary enough to tell it from t₁. For a step of L̄ tokens (the mean) alone, S = o + L̄ t₁, the
+slope s = u L̄ / S is what one more request in flight adds to it (s ≈ 1: linear). The
+branch cost the theory needs follows: when C runs share the servers and all follow this
+policy, a fork of n branches costs
 
-    B(n) = (o + L̄ t(C·n)) / (o + L̄ t(C)),
+    B(n) = (S + L̄ u (C·n − 1)) / (S + L̄ u (C − 1)),
 
-which is 1 + s (n − 1) for one run and o = 0, 1 for s = 0, and about n for s = 1 at any
-load: under load, branches stop being free even on hardware that batches well.
+which is 1 + s (n − 1) for one run, 1 for s = 0, and about n for s = 1 at any load:
+under load, branches stop being free even on hardware that batches well. B depends on o
+and t₁ only through S, which the data pins down even where it cannot split it.
 
-The draft: seconds per drafted token, so c = L̄ · draft / (o + L̄ t₁). The verifier:
+The draft: seconds per drafted token, so c = L̄ · draft / S. The verifier:
 seconds per round over B(pairs) (it answers its pairs in one fork, usually on the
 target's server), so j(n) = that × B(n) in target steps.
 
@@ -40,7 +43,8 @@ from pydantic import BaseModel
 from lookahead_reasoning.files import cache_dir, write_atomically
 
 MAX_SLOPE = 1.5
-MOMENTS = ("1*L", "1*Lx", "L*L", "L*Lx", "Lx*Lx", "1*T", "L*T", "Lx*T")  # of T on (1, L, L·x); 1*1 is 1
+MIN_LENGTH_SPREAD = 0.2  # steps' lengths vary at least this much (std / mean) for a fixed cost o to be fitted
+MOMENTS = ("1*i", "1*x", "i*i", "i*x", "x*x", "1*y", "i*y", "x*y")  # of y = T/L on (1, i = 1/L, x); 1*1 is 1
 KEEP_SERVER_SETS = 20  # server sets whose costs the cache file keeps
 
 
@@ -50,7 +54,7 @@ class CostEstimate(BaseModel):
     target_s_per_token: float | None = None
     request_overhead_s: float | None = None  # o: a target request's fixed seconds
     branch_cost: dict[int, float] = {}  # B(n) for a few widths n, at `concurrency`
-    branch_slope: float | None = None  # s: the target server's extra time per extra concurrent request
+    branch_slope: float | None = None  # s: a mean step's extra time per extra concurrent request, over its time alone
     concurrency: float = 1.0  # runs sharing the servers when the estimate was made
     c: float | None = None
     judge_s_per_round: float | None = None  # for one pair (a fork of n pairs costs B(n) times this)
@@ -90,10 +94,9 @@ class CostModel:
     def __init__(self, forget: float = 0.8):
         self.forget = forget
         self._lock = threading.Lock()
-        # least squares of a request's seconds T on (1, L, L·x), L its tokens, x the other requests in
-        # flight: forgetting means of the products the normal equations need
+        # least squares of a request's seconds per token y = T/L on (1, 1/L, x), L its tokens, x the other
+        # requests in flight: forgetting means of the products the normal equations need
         self._moments = {name: _Average(forget) for name in MOMENTS}
-        self._x, self._xx = _Average(forget), _Average(forget)  # whether x varied: is the slope identifiable
         self._alone = _Average(forget)  # seconds per token of requests with nothing else in flight (x = 0)
         self._draft = _Average(forget)
         self._judge = _Average(forget)  # seconds per round / B(pairs)
@@ -102,7 +105,7 @@ class CostModel:
         self._fitted: tuple[float | None, float | None, float] | None = None  # `_fit`, until a target observation
 
     def _averages(self) -> dict[str, _Average]:
-        return {**self._moments, "x": self._x, "xx": self._xx, "alone": self._alone,
+        return {**self._moments, "alone": self._alone,
                 "draft": self._draft, "judge": self._judge, "step_tokens": self._step_tokens}
 
     def state(self) -> dict:
@@ -124,24 +127,27 @@ class CostModel:
             self._fitted = None
 
     # -- observations ---------------------------------------------------------------
-    def observe_target(self, branches: int, seconds: float, longest_tokens: int, others: float = 0.0) -> None:
+    def observe_target(
+        self, branches: int, seconds: float, longest_tokens: int, others: float = 0.0, steps: int = 1,
+    ) -> None:
         """A fork of `branches` target requests took `seconds`, its longest branch wrote `longest_tokens`,
         while about `others` more target requests were in flight on average (other runs', or the fork's
-        branches that were shorter than the longest, for the share of its tokens they ran beside it)."""
+        branches that were shorter than the longest, for the share of its tokens they ran beside it).
+        `steps` > 1: a request that wrote that many steps at once (an AR stretch): its time per token
+        counts, but not its length as a step's."""
         if branches < 1 or seconds <= 0 or longest_tokens < 1:
             return
         x, tokens = branches - 1 + max(0.0, others), float(longest_tokens)
-        r = {"1": 1.0, "L": tokens, "Lx": tokens * x}
+        r = {"1": 1.0, "i": 1.0 / tokens, "x": x, "y": seconds / tokens}
         with self._lock:
             for name, avg in self._moments.items():
                 a, b = name.split("*")
-                avg.add(r[a] * (seconds if b == "T" else r[b]))
-            self._x.add(x)
-            self._xx.add(x * x)
+                avg.add(r[a] * r[b])
             if x == 0:
                 self._alone.add(seconds / tokens)
             self._fitted = None
-            self._step_tokens.add(longest_tokens)
+            if steps == 1:
+                self._step_tokens.add(longest_tokens)
             self.observations += 1
 
     def observe_draft(self, seconds: float, tokens: int) -> None:
@@ -156,49 +162,76 @@ class CostModel:
 
     # -- estimates ------------------------------------------------------------------
     def _fit(self) -> tuple[float | None, float | None, float]:
-        """(t₁, s, o): the target's seconds per token alone, its slope, and a request's fixed seconds;
+        """(t₁, u, o): the target's seconds per token alone, the extra seconds per token per extra request
+        in flight, and a request's fixed seconds;
         None where the data cannot tell. Solved once per target observation: a plan asks for it often."""
         if self._fitted is None:
             self._fitted = self._least_squares()
         return self._fitted
 
     def _least_squares(self) -> tuple[float | None, float | None, float]:
+        """Least squares of the seconds per token y = t₁ + o/L + u·x with every coefficient ≥ 0 (they are
+        costs) and t₁ > 0. Per token, so that a long request (an AR stretch) weighs as one observation, not
+        as many: an error in its x would otherwise swamp the fit. With three regressors the constrained
+        optimum is the unconstrained one on some face of the orthant, so it tries each set of free
+        regressors and keeps the best feasible fit."""
         m = {name: avg.value for name, avg in self._moments.items()}
-        if m["1*T"] is None:
+        if m["1*y"] is None:
             return None, None, 0.0
-        sloped = self._xx.value - self._x.value ** 2 >= 1e-9
-        if not sloped and self._x.value >= 1e-9:  # every request saw the same load, and not alone
+        sloped = m["x*x"] - m["1*x"] ** 2 >= 1e-9
+        if not sloped and m["1*x"] >= 1e-9:  # every request saw the same load, and not alone
             return None, None, 0.0
-        names = ["1", "L", "Lx"] if sloped else ["1", "L"]
-        if m["L*L"] - m["1*L"] ** 2 < 1e-6 * m["L*L"]:  # every request was as long: o and t₁ are one figure
-            names.remove("1")
-        theta = self._solve(m, names)
-        if theta.get("1", 0.0) < 0.0:  # noise: no fixed cost
-            names.remove("1")
+        # o is told apart from t₁ only by requests of different lengths; where they are nearly one length,
+        # o and t₁ trade off freely (a t₁ near 0 and a noisy slope): o is left out (o = 0)
+        separable = m["i*i"] - m["1*i"] ** 2 >= MIN_LENGTH_SPREAD ** 2 * m["1*i"] ** 2
+        optional = (["x"] if sloped else []) + (["i"] if separable else [])
+        best: tuple[float, dict[str, float]] | None = None
+        for chosen in range(2 ** len(optional)):  # every subset of the optional regressors; t₁ always free
+            names = ["1"] + [name for i, name in enumerate(optional) if chosen >> i & 1]
             theta = self._solve(m, names)
-        t1 = theta["L"]
-        if t1 <= 0:  # noise: take the requests that ran alone, if any
-            return self._alone.value or m["1*T"] / m["1*L"], (0.0 if sloped else None), 0.0
-        slope = min(MAX_SLOPE, max(0.0, theta["Lx"] / t1)) if sloped else None
-        return t1, slope, theta.get("1", 0.0)
+            if theta["1"] <= 0 or any(value < 0 for value in theta.values()):
+                continue
+            loss = self._loss(m, theta)
+            if best is None or loss < best[0] - 1e-15:
+                best = (loss, theta)
+        if best is None:  # numerically degenerate: the requests that ran alone, if any
+            return self._alone.value or m["1*y"], (0.0 if sloped else None), 0.0
+        theta = best[1]
+        t1, overhead = theta["1"], theta.get("i", 0.0)
+        # capped relative to a mean step's whole time alone (o included): u / t₁ would be noise where t₁ is
+        # small next to o, and the cap would bite on it
+        cap = MAX_SLOPE * (overhead / (self._step_tokens.value or 1.0 / m["1*i"]) + t1)
+        return t1, (min(cap, theta.get("x", 0.0)) if sloped else None), overhead
 
     @staticmethod
-    def _solve(m: dict[str, float], names: list[str]) -> dict[str, float]:
-        """Least squares of T on the regressors `names`, from their moments."""
-        def moment(a: str, b: str) -> float:
-            return 1.0 if a == b == "1" else m[f"{a}*{b}"] if f"{a}*{b}" in m else m[f"{b}*{a}"]
+    def _moment(m: dict[str, float], a: str, b: str) -> float:
+        return 1.0 if a == b == "1" else m[f"{a}*{b}"] if f"{a}*{b}" in m else m[f"{b}*{a}"]
 
-        matrix = np.array([[moment(a, b) for b in names] for a in names])
-        vector = np.array([moment(a, "T") for a in names])
+    @classmethod
+    def _solve(cls, m: dict[str, float], names: list[str]) -> dict[str, float]:
+        """Least squares of y on the regressors `names`, from their moments."""
+        matrix = np.array([[cls._moment(m, a, b) for b in names] for a in names])
+        vector = np.array([cls._moment(m, a, "y") for a in names])
         return dict(zip(names, np.linalg.lstsq(matrix, vector, rcond=None)[0].tolist()))
+
+    @classmethod
+    def _loss(cls, m: dict[str, float], theta: dict[str, float]) -> float:
+        """The mean squared residual of `theta`, less the mean of y² (the same for every fit)."""
+        quadratic = sum(theta[a] * theta[b] * cls._moment(m, a, b) for a in theta for b in theta)
+        return quadratic - 2.0 * sum(value * cls._moment(m, name, "y") for name, value in theta.items())
 
     def _step_s(self, active: float, fit: tuple[float | None, float | None, float] | None = None) -> float | None:
         """Seconds of a target step of the mean length while `active` requests decode at once."""
-        t1, slope, overhead = fit or self._fit()
+        t1, per_request, overhead = fit or self._fit()
         tokens = self._step_tokens.value
         if t1 is None or tokens is None:
             return None
-        return overhead + tokens * t1 * (1.0 + (slope or 0.0) * (active - 1.0))
+        return overhead + tokens * (t1 + (per_request or 0.0) * (active - 1.0))
+
+    def _slope(self) -> float | None:
+        """s: what one more request in flight adds to a step of the mean length, over that step alone."""
+        per_request, alone = self._fit()[1], self._step_s(1.0)
+        return None if per_request is None or not alone else per_request * self._step_tokens.value / alone
 
     def _branch_cost(self, n: int, concurrency: float) -> float:
         fit = self._fit()
@@ -215,8 +248,8 @@ class CostModel:
     def ready(self) -> bool:
         """Enough data to plan with: the target's time alone and its slope, and the draft's time."""
         with self._lock:
-            t1, slope, _ = self._fit()
-            return t1 is not None and slope is not None and self._draft.value is not None
+            t1, per_request, _ = self._fit()
+            return t1 is not None and per_request is not None and self._draft.value is not None
 
     @property
     def slope_known(self) -> bool:
@@ -251,7 +284,8 @@ class CostModel:
 
     def estimate(self, concurrency: float = 1.0) -> CostEstimate:
         with self._lock:
-            t1, slope, overhead = self._fit()
+            t1, _, overhead = self._fit()
+            slope = self._slope()
             return CostEstimate(
                 target_s_per_token=t1,
                 request_overhead_s=overhead if t1 is not None else None,

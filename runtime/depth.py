@@ -28,14 +28,21 @@ rounds that drafted advanced measurably slower (tokens per second) than AR round
 runs AR whatever the model says. That measurement expires as AR rounds go by (a few
 tens of rounds), and then drafting is measured again.
 
+While drafting wins, an AR round now and then (an AR check, spaced like the probes)
+keeps the target's time alone measured: with every round at one γ, the slope would not
+be identifiable (every fork at one width fits any split of its time between t₁ and the
+slope), and the model could settle on a split that keeps it drafting where AR is faster.
+The checks also keep the measured AR rate fresh for the comparison above.
+
 Between probes, while AR wins, an AR round writes several steps in one request (an AR
 stretch, no stop at the delimiter), as the target alone would: a request per step costs
 client and server work that plain AR does not pay, and under load that alone makes AR
 rounds lose to the target alone. A stretch is at most `AR_STRETCH_STEPS` steps and about
 `AR_STRETCH_SECONDS` long, so deadlines, cancellation and streaming stay responsive.
-Stretches are not timed (a request of several steps would weigh on the fit far more
-than the steps the theory prices); the AR round just before each probe writes a lone
-step, which the probe is measured against.
+Stretches are timed like any target request (their time per token, not their length
+as a step's): they keep the fit current between probes, and their lengths, unlike
+steps of one typical length, tell a request's fixed cost apart from its time per token.
+The AR round just before each probe writes a lone step.
 
 With `--width W` > 1 it also picks the width, 1 to W. It learns the per-position
 acceptance of each width it runs; a width it has not run gets its α from the width it
@@ -193,6 +200,7 @@ class AdaptiveDepth:
         self._rates: dict[str, tuple[float, float, float]] = {}  # "ar"/"draft" -> (rounds, tokens, seconds)
         self.last_width = 1  # of the last round that drafted
         self.ar_rounds = 0  # AR rounds since the last probe
+        self.drafting_rounds = 0  # drafting rounds since the last AR check
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.target_load = TargetLoad()  # the target requests in flight across those runs
         # draft once (γ = 1) even when the branches alone rule lookahead out, to measure c, j and α for a
@@ -323,10 +331,21 @@ class AdaptiveDepth:
             depth, width, _ = self._plan()
             return RoundPlan(depth or 1, width)
 
+    def check_spacing(self, speedup: float) -> int:
+        """Drafting rounds between AR checks, so that a check's loss against drafting stays within
+        PROBE_BUDGET: an AR round where drafting would advance `speedup` times as fast."""
+        loss = 1.0 - 1.0 / speedup if speedup > 1.0 else 0.0
+        return min(PROBE_SPACING[1], max(PROBE_SPACING[0], math.ceil(loss / PROBE_BUDGET)))
+
     def next_round(self, seconds_left: float | None = None) -> RoundPlan:
         """The next round; `seconds_left` (a deadline) caps an AR stretch to what fits at the measured speed."""
         with self._lock:
-            depth, width, _ = self._plan()
+            depth, width, speedup = self._plan()
+            if depth and not math.isnan(speedup):
+                self.drafting_rounds += 1
+                if self.drafting_rounds > self.check_spacing(speedup):
+                    self.drafting_rounds = 0
+                    return RoundPlan(0)  # an AR check
             if depth or self.costs.target_alone_unknown:
                 return RoundPlan(depth, width)
             if not self.costs.slope_known:
@@ -361,12 +380,12 @@ class AdaptiveDepth:
         return steps, tokens
 
     def observe(self, record: RoundRecord) -> None:
-        # not timed: a run's first round (its request prefills the prompt) and AR stretches (see above)
-        if record.index and record.target_steps == 1 and record.target_tokens:
+        # not timed: a run's first round (its request prefills the prompt)
+        if record.index and record.target_tokens:
             others = record.target_others or 0.0  # measured while the round's requests were in flight
             if record.target_tokens_all:  # a branch shorter than the longest ran beside it for part of its time
                 others += (record.target_tokens_all - record.target_tokens) / record.target_tokens
-            self.costs.observe_target(1, record.target_s, record.target_tokens, others)
+            self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps)
         self.costs.observe_draft(record.draft_s, record.draft_tokens)
         if record.index and record.output_tokens and record.wall_s > 0 and not record.probe_tokens:
             kind, other = ("draft", "ar") if record.depth else ("ar", "draft")

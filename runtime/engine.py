@@ -180,7 +180,7 @@ class Engine:
         t1 = time.perf_counter()
         tokens = min(tokens, self.config.max_tokens - run.metrics.output_tokens)
         try:
-            with self.policy.target_load.track(1):  # not timed itself, but other runs' forks see it
+            with self.policy.target_load.track(1) as load:
                 output = self.models.generate(run.prefix, tokens)
         except Exception as error:
             raise target_failed(error) from None
@@ -191,6 +191,7 @@ class Engine:
         return self._finish_round(
             run, walk, depth=0, judged=[], started=started, draft_s=0.0, target_s=time.perf_counter() - t1,
             judge_s=0.0, branches=1, target_tokens=output.completion_tokens, draft_tokens=0, target_steps=len(steps),
+            target_tokens_all=output.completion_tokens, target_others=load.others,
         )
 
     def _verify_round(

@@ -50,6 +50,31 @@ def test_estimates_from_scripted_timings():
     assert estimate.branch_cost[3] == pytest.approx(2.4, abs=1e-3) and estimate.j == pytest.approx(0.5 / 1.7)
 
 
+def test_steps_of_nearly_one_length_still_show_the_slope():
+    # timings from `lookahead serve` on simulated servers (0.03 s/token, slope 1): lone steps of 6-7
+    # tokens, then steps under a load of about 14 other requests. With L nearly constant, o and t₁ are
+    # nearly collinear: an unconstrained fit gave t₁ ≤ 0, and the slope was thrown away (B = 1 under load)
+    model = CostModel()
+    for tokens, seconds, others in [(6, 0.179, 0.0), (6, 0.181, 0.67), (6, 0.182, 1.0), (6, 0.181, 1.0),
+                                    (7, 0.181, 0.86), (7, 2.100, 13.9)]:
+        model.observe_target(1, seconds, tokens, others)
+    estimate = model.estimate()
+    assert estimate.branch_slope > 0.5 and estimate.target_s_per_token > 0
+    assert estimate.request_overhead_s >= 0
+
+
+def test_after_load_falls_probes_on_steps_of_one_length_bring_the_slope_down():
+    # the same servers: a load of ~14 other requests, then only lone steps and fork probes (x = 0.67)
+    # that cost nothing extra. With o fitted from steps of 6-7 tokens, t₁ came out near 0 and s = 1.5 stuck
+    model = CostModel()
+    for _ in range(8):
+        model.observe_target(1, 2.1, 7, 13.9)
+    for _ in range(30):  # forgetting 0.8 per request: the old loaded requests weigh 1e-6 after these 60
+        model.observe_target(1, 0.180, 6)
+        model.observe_target(1, 0.182, 6, 0.67)
+    assert model.estimate().branch_slope < 0.1
+
+
 def test_under_load_branches_stop_being_free():
     model = CostModel()
     model.observe_target(1, 1.0, 20)
@@ -89,8 +114,9 @@ def test_a_fixed_cost_per_request_is_fitted_so_step_length_does_not_fake_a_slope
     model.observe_target(1, 1.0 + 40 * 0.4 * (1 + 1.0 * 0.25), 40, others=0.25)  # s = 1
     estimate = model.estimate()
     assert estimate.target_s_per_token == pytest.approx(0.4)
-    assert estimate.request_overhead_s == pytest.approx(1.0) and estimate.branch_slope == pytest.approx(1.0)
     mean = estimate.step_tokens  # B(2) for a step of the mean length: the fixed cost is paid once
+    assert estimate.request_overhead_s == pytest.approx(1.0)
+    assert estimate.branch_slope == pytest.approx(mean * 0.4 / (1.0 + mean * 0.4))  # of the whole step
     assert model.branch_cost(2) == pytest.approx((1.0 + mean * 0.4 * 2) / (1.0 + mean * 0.4))
 
 
@@ -241,6 +267,32 @@ def test_policy_drafts_deep_when_branches_are_free():
     assert policy.next_round().depth >= 4
     estimate = policy.cost_estimate()
     assert estimate.expected_speedup > 2 and estimate.branch_slope == pytest.approx(0.0)
+
+
+def test_while_drafting_wins_ar_checks_keep_the_target_alone_measured_within_the_budget():
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    free = lambda n: 1.0  # noqa: E731
+    _learn(policy, free)
+    checks = 0
+    for _ in range(300):
+        plan = policy.next_round()
+        checks += plan.depth == 0
+        policy.observe(round_record(plan.depth, plan.depth, plan.depth, branch_cost=free, probe=plan.probe_tokens))
+    speedup = policy.cost_estimate().expected_speedup
+    spacing = policy.check_spacing(speedup)
+    assert checks == 300 // (spacing + 1)  # an AR round after every `spacing` drafting rounds
+    # an AR round where drafting advances `speedup` times as fast loses 1 - 1/speedup of a round
+    assert (1 - 1 / speedup) / spacing <= PROBE_BUDGET
+
+
+def test_drafting_at_one_depth_does_not_settle_on_a_wrong_slope():
+    # every drafting round at one γ fits any split of its time between t₁ and the slope; without AR
+    # rounds now and then, a policy that drafted on free branches kept drafting (γ = 5) on linear ones
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8, forget=0.8)
+    _learn(policy, lambda n: 1.0)
+    _learn(policy, float, rounds=60)
+    estimate = policy.cost_estimate()
+    assert estimate.planned_depth == 0 and estimate.branch_slope == pytest.approx(1.0, abs=0.05)
 
 
 def test_policy_backs_off_when_load_rises_and_drafts_again_when_it_falls():
