@@ -16,7 +16,7 @@ tokens: a branch half as long as the longest was in flight for half the time.
 What an extra target branch costs (the slope behind B(n)) is learned from a fork probe:
 an AR round whose fork also writes the first `PROBE_SHARE` of the same step once more.
 The short branch runs beside the real one for k of its L tokens, so the round takes
-o + L·t₁(1 + s·k/L): the model fits s from it, at a quarter of the cost of a whole second
+o + L·t₁ + k·u: the model fits u (and so s) from it, at a quarter of the cost of a whole second
 step. When AR wins it drafts nothing, and now and then probes again to see
 whether things changed (a fork probe while the branches alone make lookahead lose,
 else one drafted step): the probes are spaced so that what they cost stays within
