@@ -33,6 +33,7 @@ can be saved per server set (`save_costs`, `load_costs`), so that the next
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from pathlib import Path
@@ -185,18 +186,13 @@ class CostModel:
         # o and t₁ trade off freely (a t₁ near 0 and a noisy slope): o is left out (o = 0)
         separable = m["i*i"] - m["1*i"] ** 2 >= MIN_LENGTH_SPREAD ** 2 * m["1*i"] ** 2
         optional = (["x"] if sloped else []) + (["i"] if separable else [])
-        best: tuple[float, dict[str, float]] | None = None
-        for chosen in range(2 ** len(optional)):  # every subset of the optional regressors; t₁ always free
-            names = ["1"] + [name for i, name in enumerate(optional) if chosen >> i & 1]
-            theta = self._solve(m, names)
-            if theta["1"] <= 0 or any(value < 0 for value in theta.values()):
-                continue
-            loss = self._loss(m, theta)
-            if best is None or loss < best[0] - 1e-15:
-                best = (loss, theta)
-        if best is None:  # numerically degenerate: the requests that ran alone, if any
-            return self._alone.value or m["1*y"], (0.0 if sloped else None), 0.0
-        theta = best[1]
+        fits = [self._solve(m, ["1", *extra])  # every subset of the optional regressors; t₁ always free
+                for size in range(len(optional) + 1) for extra in itertools.combinations(optional, size)]
+        feasible = [theta for theta in fits if theta["1"] > 0 and min(theta.values()) >= 0]
+        # t₁ alone is feasible whenever the data came from `observe_target` (y > 0); not from a doctored file
+        theta = min(feasible, key=lambda theta: self._loss(m, theta), default=None)
+        if theta is None:
+            return None, None, 0.0
         t1, overhead = theta["1"], theta.get("i", 0.0)
         # capped relative to a mean step's whole time alone (o included): u / t₁ would be noise where t₁ is
         # small next to o, and the cap would bite on it

@@ -59,9 +59,10 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import Protocol
 
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel
@@ -78,6 +79,11 @@ PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 CEILING_MARGIN = 1.05  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than AR rounds: run AR
 STALE_FORGET = 0.98  # per round of the other kind: a measurement of AR or drafting rounds expires
+
+
+def _spacing(loss: float) -> int:
+    """Rounds between two rounds that each lose `loss` of a round, so that they cost PROBE_BUDGET at most."""
+    return min(PROBE_SPACING[1], max(PROBE_SPACING[0], math.ceil(loss / PROBE_BUDGET)))
 
 
 def depth_limit(max_depth: int, width: int) -> int:
@@ -138,7 +144,7 @@ class TargetLoad:
             self._events.append((now, self.in_flight))
             self._marks.remove(mark)
             oldest = min(self._marks, default=now)
-            self._events = [e for e in self._events if e[0] >= oldest] or [self._events[-1]]
+            self._events = [e for e in self._events if e[0] >= oldest]  # the one just added stays
             return weighted / weights if weights > 0 else 0.0
 
     @contextmanager
@@ -337,7 +343,7 @@ class AdaptiveDepth:
             gain = self.measured_gain()
             speedup = speedup if gain is None else min(speedup, gain)
             loss = max(0.0, 1.0 / speedup - 1.0)  # extra time of a γ = 1 round over an AR round, in AR rounds
-        return min(PROBE_SPACING[1], max(PROBE_SPACING[0], math.ceil(loss / PROBE_BUDGET)))
+        return _spacing(loss)
 
     def peek_round(self) -> RoundPlan:
         """The plan of a drafting round that may come next (for drafting ahead); γ ≥ 1."""
@@ -348,8 +354,7 @@ class AdaptiveDepth:
     def check_spacing(self, speedup: float) -> int:
         """Drafting rounds between AR checks, so that a check's loss against drafting stays within
         PROBE_BUDGET: an AR round where drafting would advance `speedup` times as fast."""
-        loss = 1.0 - 1.0 / speedup if speedup > 1.0 else 0.0
-        return min(PROBE_SPACING[1], max(PROBE_SPACING[0], math.ceil(loss / PROBE_BUDGET)))
+        return _spacing(1.0 - 1.0 / speedup if speedup > 1.0 else 0.0)
 
     def next_round(self, seconds_left: float | None = None) -> RoundPlan:
         """The next round; `seconds_left` (a deadline) caps an AR stretch to what fits at the measured speed."""
