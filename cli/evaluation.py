@@ -301,6 +301,7 @@ def bench(
     load: bool = typer.Option(False, "--load", help="speedup against AR as load rises (batch slope × concurrency)"),
     slopes: Optional[str] = typer.Option(None, help="--load: batch slopes, e.g. 0,0.1,1 (0: batches free, 1: linear)"),
     concurrencies: Optional[str] = typer.Option(None, help="--load: concurrent requests, e.g. 1,4,16,64"),
+    repeats: Optional[int] = typer.Option(None, help="--load: runs of every point, side by side; medians reported"),
     serve_load: bool = typer.Option(False, "--serve", help="a load check of `lookahead serve`, LR and AR"),
     url: Optional[str] = typer.Option(None, help="--serve: a running frontend on loopback (default: start one on simulated servers)"),
     requests_n: int = typer.Option(16, "--requests", help="--serve: requests per model"),
@@ -328,7 +329,7 @@ def bench(
         _bench_serve(url, requests_n, concurrency, max_concurrent, queue_timeout, time_limit, api_key, as_json)
         return
     if load:
-        _bench_load(quick, slopes, concurrencies, depths, engines, target_ms or 5.0, as_json, out)
+        _bench_load(quick, slopes, concurrencies, repeats, depths, engines, target_ms or 5.0, as_json, out)
         return
     if not sim:
         raise LookaheadError("give --sim (scheduling grid), --load (speedup under load) or --serve (load check)")
@@ -401,7 +402,7 @@ def _load_depth(text: str):
     raise LookaheadError(f"--depths takes 'ar', 'adaptive' or whole numbers >= 1, got {text!r}")
 
 
-def _bench_load(quick, slopes, concurrencies, depths, engines, target_ms, as_json, out) -> None:
+def _bench_load(quick, slopes, concurrencies, repeats, depths, engines, target_ms, as_json, out) -> None:
     from lookahead_reasoning.eval.load_bench import LoadGrid, load_table, run_load_grid, write_load_report
     from lookahead_reasoning.eval.simserver import LatencyModel
 
@@ -415,6 +416,8 @@ def _bench_load(quick, slopes, concurrencies, depths, engines, target_ms, as_jso
         overrides["depths"] = [_load_depth(d.strip()) for d in depths.split(",") if d.strip()]
     if engines:
         overrides["engines"] = [e.strip() for e in engines.split(",") if e.strip()]
+    if repeats is not None:
+        overrides["repeats"] = repeats
     grid = validated(LoadGrid, **{**grid.model_dump(), **overrides})
     latency = validated(LatencyModel, target_decode_ms=target_ms, judge_decode_ms=target_ms / 2, steps=10,
                         question_words=40)

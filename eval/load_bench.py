@@ -11,7 +11,10 @@ same requests, as a serving process that has been up for a while has learned its
 
 Reported per point: tokens/s (all output tokens / wall time), p50 and p99 request
 latency, and speedup_vs_ar = AR's p50 latency / the method's p50 latency at the same
-(slope, concurrency).
+(slope, concurrency). With `repeats` > 1 every method of a point runs that many times,
+AR first each time (side by side, so that each speedup compares runs a few seconds
+apart on a noisy machine), and each figure is the median over the repeats, the speedup
+the median of the per-repeat ratios.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Literal, Union
 
 from pydantic import BaseModel, Field, model_validator
@@ -42,6 +46,7 @@ class LoadGrid(BaseModel):
     alpha: float = Field(0.7, gt=0.0, lt=1.0)
     c: float = Field(0.1, gt=0.0)
     min_requests: int = Field(6, ge=1, description="requests per point: this many, or the concurrency if higher")
+    repeats: int = Field(1, ge=1, le=20, description="runs of every point; the medians are reported")
 
     @model_validator(mode="after")
     def _valid(self):
@@ -80,9 +85,23 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
+@dataclass
+class _Measured:
+    """One run of a point's method: the problems run `concurrency` at a time."""
+
+    wall: float
+    latencies: list[float]
+    tokens: int  # output tokens, all requests
+    judged: int
+    accepted: int
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.latencies)
+
+
 def _run_point(cluster: SimCluster, depth: Depth, engine: str, problems: list[str], concurrency: int,
-               latency: LatencyModel) -> tuple[float, list[float], int, int, int]:
-    """(wall s, latencies, output tokens, judged, accepted) of the problems run `concurrency` at a time."""
+               latency: LatencyModel) -> _Measured:
     extra = {"adaptive_depth": True, "depth": 2} if depth == "adaptive" else {"depth": 1 if depth == "ar" else depth}
     config = LookaheadConfig(engine=engine, seed=1, max_tokens=100_000, max_step_tokens=latency.step_tokens + 8,
                              **extra)
@@ -107,8 +126,8 @@ def _run_point(cluster: SimCluster, depth: Depth, engine: str, problems: list[st
         started = time.perf_counter()
         outcomes = list(pool.map(one, problems))
     wall = time.perf_counter() - started
-    return (wall, [o[0] for o in outcomes], sum(o[1] for o in outcomes), sum(o[2] for o in outcomes),
-            sum(o[3] for o in outcomes))
+    return _Measured(wall, [o[0] for o in outcomes], sum(o[1] for o in outcomes), sum(o[2] for o in outcomes),
+                     sum(o[3] for o in outcomes))
 
 
 def run_load_grid(grid: LoadGrid, latency: LatencyModel,
@@ -120,30 +139,39 @@ def run_load_grid(grid: LoadGrid, latency: LatencyModel,
             for concurrency in grid.concurrency:
                 count = max(grid.min_requests, concurrency)
                 problems = questions(latency.model_copy(update={"problems": count}))
-                ar_p50 = None
-                for engine in grid.engines:
-                    for depth in sorted(grid.depths, key=lambda d: d != "ar"):  # AR first: the reference
-                        if depth == "ar" and engine != grid.engines[0]:
-                            continue  # AR has no engine: measured once per point
+                methods = [("-", "ar")] + [(engine, depth) for engine in grid.engines
+                                           for depth in grid.depths if depth != "ar"]
+                runs: dict[tuple[str, Depth], list[_Measured]] = {method: [] for method in methods}
+                for repeat in range(grid.repeats):
+                    for engine, depth in methods:  # AR first: the reference of this repeat's speedups
                         try:
-                            wall, latencies, tokens, judged, accepted = _run_point(
-                                cluster, depth, engine, problems, concurrency, latency)
+                            measured = _run_point(cluster, depth, "sync" if depth == "ar" else engine, problems,
+                                                  concurrency, latency)
                         except LookaheadError as error:
                             raise LookaheadError(f"load point slope={slope} concurrency={concurrency} "
                                                  f"γ={depth} {engine}: {error}") from None
-                        p50 = statistics.median(latencies)
-                        if depth == "ar":
-                            ar_p50 = p50
-                        point = LoadPoint(
-                            slope=slope, concurrency=concurrency, engine="-" if depth == "ar" else engine,
-                            depth=depth, tokens_per_s=tokens / wall, p50_s=p50, p99_s=_percentile(latencies, 0.99),
-                            speedup_vs_ar=(ar_p50 / p50) if ar_p50 else float("nan"),
-                            acceptance_rate=accepted / judged if judged else None,
-                        )
-                        points.append(point)
-                        if progress is not None:
-                            progress(point)
+                        runs[(engine, depth)].append(measured)
+                        if repeat == grid.repeats - 1:  # the method's last run: its point is final
+                            point = _summary(slope, concurrency, engine, depth, runs[(engine, depth)],
+                                             runs[("-", "ar")])
+                            points.append(point)
+                            if progress is not None:
+                                progress(point)
     return points
+
+
+def _summary(slope: float, concurrency: int, engine: str, depth: Depth, runs: list[_Measured],
+             ar_runs: list[_Measured]) -> LoadPoint:
+    """The point's medians over its repeats; the speedup is the median of each repeat's against its AR."""
+    judged, accepted = sum(run.judged for run in runs), sum(run.accepted for run in runs)
+    return LoadPoint(
+        slope=slope, concurrency=concurrency, engine=engine, depth=depth,
+        tokens_per_s=statistics.median(run.tokens / run.wall for run in runs),
+        p50_s=statistics.median(run.p50 for run in runs),
+        p99_s=statistics.median(_percentile(run.latencies, 0.99) for run in runs),
+        speedup_vs_ar=statistics.median(ar.p50 / run.p50 for run, ar in zip(runs, ar_runs)),
+        acceptance_rate=accepted / judged if judged else None,
+    )
 
 
 def load_table(points: list[LoadPoint]) -> str:

@@ -1,7 +1,11 @@
 """What a round costs on one set of servers, learned online from the rounds themselves.
 
 Steps differ in length, so times are modelled per token, and every estimate forgets at
-the same rate so the model follows a change in load.
+the same rate so the model follows a change in load. The rate is per round of each run:
+where C runs share the model, an observation discounts the past by forget^(1/C), so
+that the memory spans the same few rounds of every run at any concurrency (per
+observation, 64 runs would keep less than a round of each, and the last burst of
+similar rounds, such as every run's final one, would swamp the estimates).
 
 The target server: a request of L tokens takes T = o + L·(t₁ + u (a − 1)), a fixed cost o
 (HTTP, scheduling, the prefill of the last step), a time per token alone t₁, and u, what
@@ -82,9 +86,11 @@ class _Average:
     def restore(self, state: list[float]) -> None:
         self.weight, self.total = float(state[0]), float(state[1])
 
-    def add(self, value: float) -> None:
-        self.weight = self.forget * self.weight + 1.0
-        self.total = self.forget * self.total + value
+    def add(self, value: float, runs: float = 1.0) -> None:
+        """`runs`: the runs sharing this average, each adding its observations (see the module docstring)."""
+        forget = self.forget ** (1.0 / max(1.0, runs))
+        self.weight = forget * self.weight + 1.0
+        self.total = forget * self.total + value
 
     @property
     def value(self) -> float | None:
@@ -130,12 +136,13 @@ class CostModel:
     # -- observations ---------------------------------------------------------------
     def observe_target(
         self, branches: int, seconds: float, longest_tokens: int, others: float = 0.0, steps: int = 1,
+        runs: float = 1.0,
     ) -> None:
         """A fork of `branches` target requests took `seconds`, its longest branch wrote `longest_tokens`,
         while about `others` more target requests were in flight on average (other runs', or the fork's
         branches that were shorter than the longest, for the share of its tokens they ran beside it).
         `steps` > 1: a request that wrote that many steps at once (an AR stretch): its time per token
-        counts, but not its length as a step's."""
+        counts, but not its length as a step's. `runs`: the runs sharing the model (forgetting is per run's round)."""
         if branches < 1 or seconds <= 0 or longest_tokens < 1:
             return
         x, tokens = branches - 1 + max(0.0, others), float(longest_tokens)
@@ -143,23 +150,23 @@ class CostModel:
         with self._lock:
             for name, avg in self._moments.items():
                 a, b = name.split("*")
-                avg.add(r[a] * r[b])
+                avg.add(r[a] * r[b], runs)
             if x == 0:
-                self._alone.add(seconds / tokens)
+                self._alone.add(seconds / tokens, runs)
             self._fitted = None
             if steps == 1:
-                self._step_tokens.add(longest_tokens)
+                self._step_tokens.add(longest_tokens, runs)
             self.observations += 1
 
-    def observe_draft(self, seconds: float, tokens: int) -> None:
+    def observe_draft(self, seconds: float, tokens: int, runs: float = 1.0) -> None:
         if seconds > 0 and tokens > 0:
             with self._lock:
-                self._draft.add(seconds / tokens)
+                self._draft.add(seconds / tokens, runs)
 
-    def observe_judge(self, pairs: int, seconds: float) -> None:
+    def observe_judge(self, pairs: int, seconds: float, runs: float = 1.0) -> None:
         if pairs > 0 and seconds > 0:
             with self._lock:
-                self._judge.add(seconds / self._branch_cost(pairs, 1))
+                self._judge.add(seconds / self._branch_cost(pairs, 1), runs)
 
     # -- estimates ------------------------------------------------------------------
     def _fit(self) -> tuple[float | None, float | None, float]:

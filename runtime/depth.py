@@ -78,7 +78,7 @@ AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the run sta
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 CEILING_MARGIN = 1.05  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than AR rounds: run AR
-STALE_FORGET = 0.98  # per round of the other kind: a measurement of AR or drafting rounds expires
+STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement of AR or drafting rounds expires
 
 
 def _spacing(loss: float) -> int:
@@ -399,30 +399,36 @@ class AdaptiveDepth:
         return steps, tokens
 
     def observe(self, record: RoundRecord) -> None:
+        # forgetting is per round of each run: with C runs sharing the policy, a round discounts the past by
+        # forget^(1/C) (cost_model.py), so that a burst of similar rounds (every run's last) does not swamp α
+        runs = float(self._concurrency())
+        forget = self.forget ** (1.0 / runs)
         # not timed: a run's first round (its request prefills the prompt)
         if record.index and record.target_tokens:
             others = record.target_others or 0.0  # measured while the round's requests were in flight
             if record.target_tokens_all:  # a branch shorter than the longest ran beside it for part of its time
                 others += (record.target_tokens_all - record.target_tokens) / record.target_tokens
-            self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps)
-        self.costs.observe_draft(record.draft_s, record.draft_tokens)
+            self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps,
+                                      runs=runs)
+        self.costs.observe_draft(record.draft_s, record.draft_tokens, runs)
         if record.index and record.output_tokens and record.wall_s > 0 and not record.probe_tokens:
             kind, other = ("draft", "ar") if record.depth else ("ar", "draft")
             with self._lock:
                 rounds, tokens, seconds = self._rates.get(kind, (0.0, 0.0, 0.0))
-                self._rates[kind] = (self.forget * rounds + 1.0, self.forget * tokens + record.output_tokens,
-                                     self.forget * seconds + record.wall_s)
+                self._rates[kind] = (forget * rounds + 1.0, forget * tokens + record.output_tokens,
+                                     forget * seconds + record.wall_s)
                 if other in self._rates:  # what the other kind measured grows stale: in time, it is measured again
-                    self._rates[other] = tuple(STALE_FORGET * value for value in self._rates[other])
+                    stale = STALE_FORGET ** (1.0 / runs)
+                    self._rates[other] = tuple(stale * value for value in self._rates[other])
         if record.judged:
             pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)
-            self.costs.observe_judge(pairs, record.judge_s)
+            self.costs.observe_judge(pairs, record.judge_s, runs)
         if record.positions == 0:
             return
         with self._lock:
             accepted, rejected = self._tallies.get(record.width, (0.0, 0.0))
-            self._tallies[record.width] = (self.forget * accepted + record.accepted,
-                                           self.forget * rejected + (record.positions - record.accepted))
+            self._tallies[record.width] = (forget * accepted + record.accepted,
+                                           forget * rejected + (record.positions - record.accepted))
             self.last_width = record.width
 
     def cost_estimate(self) -> CostEstimate | None:

@@ -244,7 +244,7 @@ def test_bench_sim_json_and_report(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("option, value", [("--slopes", "-1"), ("--concurrencies", "0"), ("--depths", "ar,x"),
-                                           ("--engines", "fast"), ("--slopes", "a,b")])
+                                           ("--engines", "fast"), ("--slopes", "a,b"), ("--repeats", "0")])
 def test_invalid_bench_load_grids_get_one_line(capsys, option, value):
     proc = invoke(capsys, "bench", "--load", option, value)
     assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -267,6 +267,38 @@ def test_bench_load_json_table_and_plot(capsys, tmp_path):
     assert len((tmp_path / "load.jsonl").read_text().splitlines()) == len(points)  # written point by point
     assert (tmp_path / "load.md").read_text().startswith("| slope | concurrency |")
     assert (tmp_path / "load.png").stat().st_size > 0 and json.loads((tmp_path / "load.json").read_text())["points"]
+
+
+def test_bench_load_repeats_report_medians_of_side_by_side_runs(monkeypatch):
+    """Each repeat runs AR first, then the methods; a point's figures are medians over the repeats, its
+    speedup the median of each repeat's ratio to that repeat's AR (not the ratio of the medians)."""
+    from lookahead_reasoning.eval import load_bench
+
+    p50s = {"ar": iter([1.0, 1.0, 10.0]), 2: iter([0.5, 2.0, 2.0])}  # per-repeat speedups of γ = 2: 2, 0.5, 5
+    calls = []
+
+    def fake_run_point(cluster, depth, engine, problems, concurrency, latency):
+        calls.append(depth)
+        p50 = next(p50s[depth])
+        return load_bench._Measured(wall=p50, latencies=[p50], tokens=100, judged=0, accepted=0)
+
+    class FakeCluster:
+        def __init__(self, latency): ...
+        def __enter__(self): return self
+        def __exit__(self, *exc): ...
+        def configure(self, *args, **kwargs): ...
+
+    monkeypatch.setattr(load_bench, "_run_point", fake_run_point)
+    monkeypatch.setattr(load_bench, "SimCluster", FakeCluster)
+    monkeypatch.setattr(load_bench, "questions", lambda latency: ["q"])
+    grid = load_bench.LoadGrid(slopes=[0.0], concurrency=[1], depths=["ar", 2], engines=["sync"], repeats=3)
+    seen = []
+    points = load_bench.run_load_grid(grid, load_bench.LatencyModel(), progress=seen.append)
+    assert calls == ["ar", 2] * 3  # side by side, AR first in every repeat
+    ar, drafted = points
+    assert (ar.p50_s, ar.speedup_vs_ar, ar.tokens_per_s) == (1.0, 1.0, 100.0)
+    assert drafted.p50_s == 2.0 and drafted.speedup_vs_ar == 2.0  # the ratio of the medians would be 0.5
+    assert seen == points
 
 
 def test_launch_dry_run_prints_the_exact_commands_and_starts_nothing(capsys):

@@ -98,6 +98,38 @@ def test_estimates_forget_so_they_follow_a_change_in_load():
     assert model.branch_cost(3) > 2.8
 
 
+def test_with_many_runs_sharing_the_model_forgetting_is_per_run_round():
+    """64 runs share the model: the memory spans a few rounds of each run, so one request of each run
+    at a new cost moves the estimate by a few rounds' worth, not all the way (per observation, 0.8 would
+    keep less than a round of each run)."""
+    shared, alone = CostModel(forget=0.8), CostModel(forget=0.8)
+    for _ in range(64 * 5):
+        shared.observe_target(1, 1.0, 20, runs=64)  # 0.05 s per token
+        alone.observe_target(1, 1.0, 20)
+    for _ in range(64):
+        shared.observe_target(1, 2.0, 20, runs=64)  # a burst: every run's next request twice as slow
+        alone.observe_target(1, 2.0, 20)
+    assert alone.estimate().target_s_per_token == pytest.approx(0.1, rel=1e-3)  # swamped by the burst
+    assert shared.estimate().target_s_per_token == pytest.approx(0.05 + 0.05 * 0.2 / (1 - 0.8**6), rel=0.02)
+
+
+def test_a_burst_of_every_runs_last_round_does_not_swamp_the_shared_alpha():
+    """16 runs at α = 0.5, then every run's last round, all accepted up to the end (no rejection to
+    see): α̂ moves by about one round of each run; forgetting per round of any run forgot the rest."""
+    def policy_after_burst(runs: int) -> float:
+        policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+        for _ in range(runs):
+            policy.run_started()
+        for _ in range(10 * 16):
+            policy.observe(round_record(2, 1, 2, branch_cost=lambda n: 1.0))  # half the positions accepted
+        for _ in range(16):
+            policy.observe(round_record(4, 4, 4, branch_cost=lambda n: 1.0))
+        return policy.alpha
+
+    assert policy_after_burst(1) > 0.9
+    assert 0.5 < policy_after_burst(16) < 0.65
+
+
 def test_a_short_fork_probe_measures_the_slope():
     """The probe's branch runs beside the step for k of its L tokens: time per token t₁(1 + s·k/L)."""
     model = CostModel(forget=1.0)
