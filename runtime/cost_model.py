@@ -48,6 +48,7 @@ from pydantic import BaseModel
 from lookahead_reasoning.files import cache_dir, write_atomically
 
 MAX_SLOPE = 1.5
+TIE = 1e-9  # fits whose mean squared errors differ by less than this times ȳ² fit equally well
 MIN_LENGTH_SPREAD = 0.2  # steps' lengths vary at least this much (std / mean) for a fixed cost o to be fitted
 MOMENTS = ("1*i", "1*x", "i*i", "i*x", "x*x", "1*y", "i*y", "x*y")  # of y = T/L on (1, i = 1/L, x); 1*1 is 1
 KEEP_SERVER_SETS = 20  # server sets whose costs the cache file keeps
@@ -197,9 +198,13 @@ class CostModel:
                 for size in range(len(optional) + 1) for extra in itertools.combinations(optional, size)]
         feasible = [theta for theta in fits if theta["1"] > 0 and min(theta.values()) >= 0]
         # t₁ alone is feasible whenever the data came from `observe_target` (y > 0); not from a doctored file
-        theta = min(feasible, key=lambda theta: self._loss(m, theta), default=None)
-        if theta is None:
+        if not feasible:
             return None, None, 0.0
+        losses = [self._loss(m, theta) for theta in feasible]
+        tie = min(losses) + TIE * m["1*y"] ** 2
+        # where the data cannot tell a fixed cost from the slope (the first probe beside one other request: both
+        # fit exactly, and float noise picked one), take the slope: pessimistic about branches, the safe side
+        theta = min((theta for theta, loss in zip(feasible, losses) if loss <= tie), key=lambda theta: "x" not in theta)
         t1, overhead = theta["1"], theta.get("i", 0.0)
         # capped relative to a mean step's whole time alone (o included): u / t₁ would be noise where t₁ is
         # small next to o, and the cap would bite on it

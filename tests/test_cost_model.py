@@ -138,6 +138,18 @@ def test_a_short_fork_probe_measures_the_slope():
     assert model.estimate().branch_slope == pytest.approx(0.8) and model.branch_cost(3) == pytest.approx(2.6)
 
 
+@pytest.mark.parametrize("stretch, step", [(90, 19), (92, 21), (85, 20), (88, 18)])
+def test_the_first_probe_beside_one_stretch_reads_as_a_slope_not_a_fixed_cost(stretch, step):
+    """Two requests (an AR stretch alone, then a step with a 4-token probe beside it, on a linear server)
+    fit a fixed cost o and a slope u equally well; float noise used to pick one, and o meant B(2) = 1 and
+    a drafted round on a CPU (the real Qwen pair, 30 s lost). The slope is the safe reading."""
+    model = CostModel(forget=1.0)
+    model.observe_target(1, stretch * 0.39, stretch, steps=4)
+    model.observe_target(1, (step + 4) * 0.39, step, others=4 / step)
+    assert model.estimate().branch_slope == pytest.approx(1.0)
+    assert model.branch_cost(2) == pytest.approx(2.0)
+
+
 def test_a_fixed_cost_per_request_is_fitted_so_step_length_does_not_fake_a_slope():
     """T = o + L·t₁(1 + s·x): steps of 10 to 80 tokens with o = 1 s, t₁ = 0.4 s (a CPU); a probe beside one."""
     model = CostModel(forget=1.0)
