@@ -10,7 +10,11 @@ advance like any other; the first of a run, which prefills the prompt, is not ti
 next measures the lone target step), then a fork probe measures what a second branch
 costs. If even free, always accepted drafts could not beat AR by `CEILING_MARGIN` at
 that cost, it never drafts; otherwise one round drafts one step, to measure the draft
-and the verifier, and from then on it plans. A fork's branches are counted by their
+and the verifier, and from then on it plans. The margin is 15 %: real drafts are not
+free, and with branches at s ≥ 0.85 (where the ceiling, (γ+1)/(1 + sγ) for one run, is
+under 1.15 at γ ≤ 8) even a good draft (c = 0.05, α = 0.9, j = 0.05) loses; a margin of
+5 % let a single fork probe that read s = 0.92 on a linear CPU server buy a drafted
+round there (3 target steps' time, a quarter of a short problem). A fork's branches are counted by their
 tokens: a branch half as long as the longest was in flight for half the time.
 
 What an extra target branch costs (the slope behind B(n)) is learned from a fork probe:
@@ -76,7 +80,7 @@ PROBE_MIN_TOKENS = 4
 AR_STRETCH_STEPS = 8  # most steps an AR round writes in one request while AR wins
 AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the run stays responsive
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
-CEILING_MARGIN = 1.05  # drafting is tried only if free, always accepted drafts would beat AR by more than this
+CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than AR rounds: run AR
 STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement of AR or drafting rounds expires
 

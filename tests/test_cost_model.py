@@ -224,6 +224,15 @@ def test_policy_runs_ar_when_branches_cost_linear_time_even_at_full_acceptance()
     assert (policy.costs.branch_cost(2) - 1) * PROBE_SHARE / spacing <= PROBE_BUDGET
 
 
+@pytest.mark.parametrize("slope, drafts", [(0.9, False), (0.5, True)])
+def test_branches_nearly_linear_rule_drafting_out_before_a_measuring_draft(slope, drafts):
+    """At s = 0.9 free, always accepted drafts would still gain 9/(1 + 8·0.9) = 1.10× at γ = 8, but no
+    real draft would: the policy does not spend a drafted round to measure c and j. At s = 0.5 it does."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    assert (_learn(policy, lambda n: 1.0 + slope * (n - 1), rounds=40) > 0) is drafts
+    assert policy.costs.estimate().branch_slope == pytest.approx(slope, rel=0.02)
+
+
 def test_while_ar_wins_ar_rounds_write_several_steps_in_one_request():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     _learn(policy, float, rounds=40)  # B(n) = n: AR wins; a step takes 20 tokens × 0.05 s = 1 s
