@@ -145,8 +145,8 @@ def run_load_grid(grid: LoadGrid, latency: LatencyModel,
                 for repeat in range(grid.repeats):
                     for engine, depth in methods:  # AR first: the reference of this repeat's speedups
                         try:
-                            measured = _run_point(cluster, depth, "sync" if depth == "ar" else engine, problems,
-                                                  concurrency, latency)
+                            measured = _run_point(cluster, depth, grid.engines[0] if depth == "ar" else engine,
+                                                  problems, concurrency, latency)  # AR: any engine, it runs none
                         except LookaheadError as error:
                             raise LookaheadError(f"load point slope={slope} concurrency={concurrency} "
                                                  f"γ={depth} {engine}: {error}") from None

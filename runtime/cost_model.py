@@ -75,11 +75,17 @@ class CostEstimate(BaseModel):
     measured_gain: float | None = None  # tokens/s of the rounds that drafted over that of AR rounds, measured
 
 
+def per_run(forget: float, runs: float) -> float:
+    """One observation's discount of the past where `runs` runs share an estimate: `forget` per round of
+    each run (see the module docstring)."""
+    return forget ** (1.0 / max(1.0, runs))
+
+
 class _Average:
     """An exponentially forgetting mean: recent observations weigh more."""
 
-    def __init__(self, forget: float):
-        self.forget, self.weight, self.total = forget, 0.0, 0.0
+    def __init__(self) -> None:
+        self.weight, self.total = 0.0, 0.0
 
     def state(self) -> list[float]:
         return [self.weight, self.total]
@@ -87,9 +93,8 @@ class _Average:
     def restore(self, state: list[float]) -> None:
         self.weight, self.total = float(state[0]), float(state[1])
 
-    def add(self, value: float, runs: float = 1.0) -> None:
-        """`runs`: the runs sharing this average, each adding its observations (see the module docstring)."""
-        forget = self.forget ** (1.0 / max(1.0, runs))
+    def add(self, value: float, forget: float) -> None:
+        """`value`, discounting what came before by `forget`."""
         self.weight = forget * self.weight + 1.0
         self.total = forget * self.total + value
 
@@ -104,11 +109,11 @@ class CostModel:
         self._lock = threading.Lock()
         # least squares of a request's seconds per token y = T/L on (1, 1/L, x), L its tokens, x the other
         # requests in flight: forgetting means of the products the normal equations need
-        self._moments = {name: _Average(forget) for name in MOMENTS}
-        self._alone = _Average(forget)  # seconds per token of requests with nothing else in flight (x = 0)
-        self._draft = _Average(forget)
-        self._judge = _Average(forget)  # seconds per round / B(pairs)
-        self._step_tokens = _Average(forget)
+        self._moments = {name: _Average() for name in MOMENTS}
+        self._alone = _Average()  # seconds per token of requests with nothing else in flight (x = 0)
+        self._draft = _Average()
+        self._judge = _Average()  # seconds per round / B(pairs)
+        self._step_tokens = _Average()
         self.observations = 0
         self._fitted: tuple[float | None, float | None, float] | None = None  # `_fit`, until a target observation
 
@@ -148,26 +153,27 @@ class CostModel:
             return
         x, tokens = branches - 1 + max(0.0, others), float(longest_tokens)
         r = {"1": 1.0, "i": 1.0 / tokens, "x": x, "y": seconds / tokens}
+        forget = per_run(self.forget, runs)
         with self._lock:
             for name, avg in self._moments.items():
                 a, b = name.split("*")
-                avg.add(r[a] * r[b], runs)
+                avg.add(r[a] * r[b], forget)
             if x == 0:
-                self._alone.add(seconds / tokens, runs)
+                self._alone.add(seconds / tokens, forget)
             self._fitted = None
             if steps == 1:
-                self._step_tokens.add(longest_tokens, runs)
+                self._step_tokens.add(longest_tokens, forget)
             self.observations += 1
 
     def observe_draft(self, seconds: float, tokens: int, runs: float = 1.0) -> None:
         if seconds > 0 and tokens > 0:
             with self._lock:
-                self._draft.add(seconds / tokens, runs)
+                self._draft.add(seconds / tokens, per_run(self.forget, runs))
 
     def observe_judge(self, pairs: int, seconds: float, runs: float = 1.0) -> None:
         if pairs > 0 and seconds > 0:
             with self._lock:
-                self._judge.add(seconds / self._branch_cost(pairs, 1), runs)
+                self._judge.add(seconds / self._branch_cost(pairs, 1), per_run(self.forget, runs))
 
     # -- estimates ------------------------------------------------------------------
     def _fit(self) -> tuple[float | None, float | None, float]:

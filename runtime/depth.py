@@ -14,8 +14,9 @@ and the verifier, and from then on it plans. The margin is 15 %: real drafts are
 free, and with branches at s ≥ 0.85 (where the ceiling, (γ+1)/(1 + sγ) for one run, is
 under 1.15 at γ ≤ 8) even a good draft (c = 0.05, α = 0.9, j = 0.05) loses; a margin of
 5 % let a single fork probe that read s = 0.92 on a linear CPU server buy a drafted
-round there (3 target steps' time, a quarter of a short problem). A fork's branches are counted by their
-tokens: a branch half as long as the longest was in flight for half the time.
+round there (3 target steps' time, a quarter of a short problem). A fork's branches
+are counted by their tokens: a branch half as long as the longest was in flight for
+half the time.
 
 What an extra target branch costs (the slope behind B(n)) is learned from a fork probe:
 an AR round whose fork also writes the first `PROBE_SHARE` of the same step once more.
@@ -69,7 +70,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel
+from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel, per_run
 from lookahead_reasoning.runtime.results import RoundRecord
 from lookahead_reasoning.runtime.theory import engine_speedup, tree_branches
 
@@ -403,10 +404,10 @@ class AdaptiveDepth:
         return steps, tokens
 
     def observe(self, record: RoundRecord) -> None:
-        # forgetting is per round of each run: with C runs sharing the policy, a round discounts the past by
-        # forget^(1/C) (cost_model.py), so that a burst of similar rounds (every run's last) does not swamp α
+        # forgetting is per round of each run (cost_model.per_run): a burst of similar rounds, such as every
+        # run's last, does not swamp α
         runs = float(self._concurrency())
-        forget = self.forget ** (1.0 / runs)
+        forget = per_run(self.forget, runs)
         # not timed: a run's first round (its request prefills the prompt)
         if record.index and record.target_tokens:
             others = record.target_others or 0.0  # measured while the round's requests were in flight
@@ -422,7 +423,7 @@ class AdaptiveDepth:
                 self._rates[kind] = (forget * rounds + 1.0, forget * tokens + record.output_tokens,
                                      forget * seconds + record.wall_s)
                 if other in self._rates:  # what the other kind measured grows stale: in time, it is measured again
-                    stale = STALE_FORGET ** (1.0 / runs)
+                    stale = per_run(STALE_FORGET, runs)
                     self._rates[other] = tuple(stale * value for value in self._rates[other])
         if record.judged:
             pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)
