@@ -13,7 +13,8 @@ each other request the server decodes at once adds per token: u = 0 on an idle G
 batch costs one request), u ≈ t₁ on a CPU or a saturated GPU. Every timed target request
 the runs send is an observation (a = its fork's width plus what the other runs sharing
 this model have in flight), and o, t₁ and u are fitted, each ≥ 0, by forgetting least
-squares per token: of T/L on (1, 1/L, a − 1). Without o, short steps would look
+squares per token: of T/L on (1, 1/L, a − 1), within the bounds (s ≤ MAX_SLOPE) and, where the
+recent loads barely vary, with the time alone from a slower fit (`_least_squares`). Without o, short steps would look
 slower per token than long ones, and that noise would swamp u; o is fitted only where
 requests' lengths vary enough to tell it from t₁. For a step of L̄ tokens (the mean) alone, S = o + L̄ t₁, the
 slope s = u L̄ / S is what one more request in flight adds to it (s ≈ 1: linear). The
@@ -50,6 +51,8 @@ from lookahead_reasoning.files import cache_dir, write_atomically
 MAX_SLOPE = 1.5
 TIE = 1e-9  # fits whose mean squared errors differ by less than this times ȳ² fit equally well
 MIN_LENGTH_SPREAD = 0.2  # steps' lengths vary at least this much (std / mean) for a fixed cost o to be fitted
+SLOW_FORGET = 0.98  # per round of each run: the fit that the time alone comes from where the load barely varies
+MIN_LOAD_SPREAD = 0.05  # requests' loads vary at least this much, std / mean of (1 + x), for the slope to be fitted
 MOMENTS = ("1*i", "1*x", "i*i", "i*x", "x*x", "1*y", "i*y", "x*y")  # of y = T/L on (1, i = 1/L, x); 1*1 is 1
 KEEP_SERVER_SETS = 20  # server sets whose costs the cache file keeps
 
@@ -110,6 +113,7 @@ class CostModel:
         # least squares of a request's seconds per token y = T/L on (1, 1/L, x), L its tokens, x the other
         # requests in flight: forgetting means of the products the normal equations need
         self._moments = {name: _Average() for name in MOMENTS}
+        self._slow_moments = {name: _Average() for name in MOMENTS}  # the same, forgetting at SLOW_FORGET
         self._alone = _Average()  # seconds per token of requests with nothing else in flight (x = 0)
         self._draft = _Average()
         self._judge = _Average()  # seconds per round / B(pairs)
@@ -118,7 +122,8 @@ class CostModel:
         self._fitted: tuple[float | None, float | None, float] | None = None  # `_fit`, until a target observation
 
     def _averages(self) -> dict[str, _Average]:
-        return {**self._moments, "alone": self._alone,
+        return {**self._moments, **{f"slow {name}": avg for name, avg in self._slow_moments.items()},
+                "alone": self._alone,
                 "draft": self._draft, "judge": self._judge, "step_tokens": self._step_tokens}
 
     def state(self) -> dict:
@@ -153,11 +158,12 @@ class CostModel:
             return
         x, tokens = branches - 1 + max(0.0, others), float(longest_tokens)
         r = {"1": 1.0, "i": 1.0 / tokens, "x": x, "y": seconds / tokens}
-        forget = per_run(self.forget, runs)
+        forget, slow = per_run(self.forget, runs), per_run(SLOW_FORGET, runs)
         with self._lock:
-            for name, avg in self._moments.items():
+            for name in MOMENTS:
                 a, b = name.split("*")
-                avg.add(r[a] * r[b], forget)
+                self._moments[name].add(r[a] * r[b], forget)
+                self._slow_moments[name].add(r[a] * r[b], slow)
             if x == 0:
                 self._alone.add(seconds / tokens, forget)
             self._fitted = None
@@ -185,48 +191,104 @@ class CostModel:
         return self._fitted
 
     def _least_squares(self) -> tuple[float | None, float | None, float]:
-        """Least squares of the seconds per token y = t₁ + o/L + u·x with every coefficient ≥ 0 (they are
-        costs) and t₁ > 0. Per token, so that a long request (an AR stretch) weighs as one observation, not
-        as many: an error in its x would otherwise swamp the fit. With three regressors the constrained
-        optimum is the unconstrained one on some face of the orthant, so it tries each set of free
-        regressors and keeps the best feasible fit."""
-        m = {name: avg.value for name, avg in self._moments.items()}
-        if m["1*y"] is None:
+        """Least squares of the seconds per token y = t₁ + o/L + u·x, per token so that a long request (an AR
+        stretch) weighs as one observation, not as many: an error in its x would otherwise swamp the fit.
+
+        The fit is local (it forgets fast), a linearisation around the current load. Where the requests'
+        loads barely vary next to the load itself (`MIN_LOAD_SPREAD`: every request beside about 64 others,
+        or every recent round a fork of one width), the slope would be fitted from a few per cent of their
+        time, less than what a loaded client adds to timing a request (traced in `bench --load`: noise read
+        u = 0 there, t₁ 64 times too high, and runs drafted on a linear server). The time alone, t₁ and o,
+        then comes from the slowly forgetting fit (`SLOW_FORGET`), which has seen lighter load (the AR checks
+        between forks, the ends of waves of requests), and u from the local level; where that fit has not
+        seen the load vary either, the slope is read as linear (s = 1), the safe side: AR until it does."""
+        m = self._values(self._moments)
+        if m is None:
             return None, None, 0.0
         sloped = m["x*x"] - m["1*x"] ** 2 >= 1e-9
         if not sloped and m["1*x"] >= 1e-9:  # every request saw the same load, and not alone
             return None, None, 0.0
+        if not sloped or self._load_spread(m):
+            return self._constrained(m, sloped)
+        slow = self._values(self._slow_moments)
+        t1, _, overhead = self._constrained(slow, True) if self._load_spread(slow) else (None, None, 0.0)
+        if t1 is None:
+            return self._constrained(m, True, slope=1.0)
+        per_request = (m["1*y"] - t1 - overhead * m["1*i"]) / m["1*x"]
+        return t1, min(max(0.0, per_request), self._bound(m, t1, overhead)), overhead
+
+    @staticmethod
+    def _values(moments: dict[str, _Average]) -> dict[str, float] | None:
+        values = {name: avg.value for name, avg in moments.items()}
+        return None if values["1*y"] is None else values
+
+    @staticmethod
+    def _load_spread(m: dict[str, float]) -> bool:
+        """Whether the requests' loads varied enough to fit the slope from them."""
+        return m["x*x"] - m["1*x"] ** 2 >= MIN_LOAD_SPREAD ** 2 * (1.0 + m["1*x"]) ** 2
+
+    def _mean_tokens(self, m: dict[str, float]) -> float:
+        return self._step_tokens.value or 1.0 / m["1*i"]
+
+    def _bound(self, m: dict[str, float], t1: float, overhead: float, slope: float = MAX_SLOPE) -> float:
+        """u where a step of the mean length costs `slope` more per other request in flight."""
+        return slope * (overhead / self._mean_tokens(m) + t1)
+
+    def _constrained(self, m: dict[str, float], sloped: bool, slope: float | None = None,
+                     ) -> tuple[float | None, float | None, float]:
+        """The least squares under the model's bounds: every coefficient ≥ 0 (they are costs), t₁ > 0, and
+        s ≤ MAX_SLOPE; with `slope`, s fixed at it. The constrained optimum is the unconstrained one on some
+        face of that region, so it fits each face (each set of free regressors with the slope's bound slack,
+        and the bound binding) and keeps the best feasible fit. The bound binds where time per token grows
+        faster with the load than in proportion (u = 0 with t₁ the whole time is then the best fit that
+        leaves it slack: branches free)."""
         # o is told apart from t₁ only by requests of different lengths; where they are nearly one length,
         # o and t₁ trade off freely (a t₁ near 0 and a noisy slope): o is left out (o = 0)
         separable = m["i*i"] - m["1*i"] ** 2 >= MIN_LENGTH_SPREAD ** 2 * m["1*i"] ** 2
-        optional = (["x"] if sloped else []) + (["i"] if separable else [])
-        fits = [self._solve(m, ["1", *extra])  # every subset of the optional regressors; t₁ always free
-                for size in range(len(optional) + 1) for extra in itertools.combinations(optional, size)]
-        feasible = [theta for theta in fits if theta["1"] > 0 and min(theta.values()) >= 0]
-        # t₁ alone is feasible whenever the data came from `observe_target` (y > 0); not from a doctored file
+        mean_tokens = self._mean_tokens(m)
+
+        def bound_face(slope: float) -> list[list[dict[str, float]]]:
+            """t₁ (and o) free, u = slope·(t₁ + o/L̄); without o, and with it where it can be fitted."""
+            face = [{"1": 1.0, "x": slope}, {"i": 1.0, "x": slope / mean_tokens}]
+            return [face[:1], face] if separable else [face[:1]]
+
+        if slope is not None:
+            faces = [(face, True) for face in bound_face(slope)]
+        else:
+            optional = (["x"] if sloped else []) + (["i"] if separable else [])
+            faces = [([{"1": 1.0}, *({name: 1.0} for name in extra)], False)  # t₁ always free; the bound slack
+                     for size in range(len(optional) + 1) for extra in itertools.combinations(optional, size)]
+            faces += [(face, True) for face in bound_face(MAX_SLOPE)] if sloped else []
+        fits = [(self._solve(m, face), binding) for face, binding in faces]
+        feasible = [(theta, binding) for theta, binding in fits if theta["1"] > 0 and theta["i"] >= 0
+                    and 0 <= theta["x"] <= self._bound(m, theta["1"], theta["i"]) * (1 + 1e-9)]
+        # t₁ alone (or t₁ on a fixed slope) is feasible whenever the data came from `observe_target` (y > 0)
         if not feasible:
             return None, None, 0.0
-        losses = [self._loss(m, theta) for theta in feasible]
+        losses = [self._loss(m, theta) for theta, _ in feasible]
         tie = min(losses) + TIE * m["1*y"] ** 2
         # where the data cannot tell a fixed cost from the slope (the first probe beside one other request: both
-        # fit exactly, and float noise picked one), take the slope: pessimistic about branches, the safe side
-        theta = min((theta for theta, loss in zip(feasible, losses) if loss <= tie), key=lambda theta: "x" not in theta)
-        t1, overhead = theta["1"], theta.get("i", 0.0)
-        # capped relative to a mean step's whole time alone (o included): u / t₁ would be noise where t₁ is
-        # small next to o, and the cap would bite on it
-        cap = MAX_SLOPE * (overhead / (self._step_tokens.value or 1.0 / m["1*i"]) + t1)
-        return t1, (min(cap, theta.get("x", 0.0)) if sloped else None), overhead
+        # fit exactly, and float noise picked one), take the slope: pessimistic about branches, the safe side;
+        # the bound only where it fits better
+        theta, _ = min((fit for fit, loss in zip(feasible, losses) if loss <= tie),
+                       key=lambda fit: (fit[1], fit[0]["x"] == 0))
+        return theta["1"], (min(self._bound(m, theta["1"], theta["i"]), theta["x"]) if sloped else None), theta["i"]
 
     @staticmethod
     def _moment(m: dict[str, float], a: str, b: str) -> float:
         return 1.0 if a == b == "1" else m[f"{a}*{b}"] if f"{a}*{b}" in m else m[f"{b}*{a}"]
 
     @classmethod
-    def _solve(cls, m: dict[str, float], names: list[str]) -> dict[str, float]:
-        """Least squares of y on the regressors `names`, from their moments."""
-        matrix = np.array([[cls._moment(m, a, b) for b in names] for a in names])
-        vector = np.array([cls._moment(m, a, "y") for a in names])
-        return dict(zip(names, np.linalg.lstsq(matrix, vector, rcond=None)[0].tolist()))
+    def _solve(cls, m: dict[str, float], face: list[dict[str, float]]) -> dict[str, float]:
+        """Least squares of y on the directions of `face` (each a combination of the regressors 1, i, x), from
+        the moments; the coefficients of the regressors (0 for one no direction uses)."""
+        def moment(d: dict[str, float], e: dict[str, float]) -> float:
+            return sum(d[a] * e[b] * cls._moment(m, a, b) for a in d for b in e)
+
+        matrix = np.array([[moment(d, e) for e in face] for d in face])
+        vector = np.array([moment(d, {"y": 1.0}) for d in face])
+        weights = np.linalg.lstsq(matrix, vector, rcond=None)[0].tolist()
+        return {name: sum(w * d.get(name, 0.0) for w, d in zip(weights, face)) for name in ("1", "i", "x")}
 
     @classmethod
     def _loss(cls, m: dict[str, float], theta: dict[str, float]) -> float:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lookahead_reasoning.runtime.cost_model import CostModel
+from lookahead_reasoning.runtime.cost_model import MAX_SLOPE, CostModel
 from lookahead_reasoning.runtime.depth import AR_STRETCH_SECONDS, AR_STRETCH_STEPS, PROBE_BUDGET, PROBE_SHARE, AdaptiveDepth, RoundPlan
 from lookahead_reasoning.runtime.results import JudgedDraft, RoundRecord
 from lookahead_reasoning.runtime.theory import engine_speedup, tree_branches
@@ -148,6 +148,41 @@ def test_the_first_probe_beside_one_stretch_reads_as_a_slope_not_a_fixed_cost(st
     model.observe_target(1, (step + 4) * 0.39, step, others=4 / step)
     assert model.estimate().branch_slope == pytest.approx(1.0)
     assert model.branch_cost(2) == pytest.approx(2.0)
+
+
+def _at_one_high_load(model, rounds=4):
+    """64 runs on a linear server (t₁ = 5 ms): every request beside 62 to 66 others, the client's noise in
+    timing them larger than what the load's spread adds (traced in `bench --load`)."""
+    for _ in range(rounds):
+        for others, noise in ((62, 1.04), (64, 1.0), (66, 0.96), (63, 1.03), (65, 0.98)):
+            model.observe_target(1, 16 * 0.005 * 65 * noise, 16, others=others)
+
+
+def test_requests_all_at_one_high_load_read_the_slope_as_linear():
+    """The bounded fit there is u = 0 with t₁ the whole time per token, 65 times too high: branches free,
+    γ = 8 on a linear server. Loads that barely vary cannot tell; the safe reading is linear."""
+    model = CostModel(forget=1.0)
+    _at_one_high_load(model)
+    assert model.estimate(64).branch_slope == pytest.approx(1.0)
+    assert model.branch_cost(2, concurrency=64) == pytest.approx(2.0, abs=0.02)
+
+
+def test_at_one_high_load_the_time_alone_comes_from_the_lighter_load_seen_before():
+    model = CostModel()
+    for others in (0, 1, 3, 0, 2, 4, 0, 1) * 2:  # lighter, varied load first: t₁ = 5 ms, linear
+        model.observe_target(1, 16 * 0.005 * (1 + others), 16, others=others)
+    _at_one_high_load(model, rounds=8)  # the fast fit has forgotten the light load; the slow one has not
+    assert model.estimate(64).target_s_per_token < 0.01  # not the local fit's 0.32 s (u = 0)
+    assert model.branch_cost(2, concurrency=64) == pytest.approx(2.0, abs=0.05)
+
+
+def test_time_per_token_growing_faster_than_in_proportion_to_the_load_reads_as_the_steepest_slope():
+    """y = 5 ms · (x − 5): within t₁ > 0 and u ≥ 0 with the bound slack, the best fit is u = 0 (branches free);
+    the best fit within the bound has the bound binding."""
+    model = CostModel(forget=1.0)
+    for others in (10, 20, 30) * 3:
+        model.observe_target(1, 16 * 0.005 * (others - 5), 16, others=others)
+    assert model.estimate(16).branch_slope == pytest.approx(MAX_SLOPE)
 
 
 def test_a_fixed_cost_per_request_is_fitted_so_step_length_does_not_fake_a_slope():
