@@ -304,7 +304,8 @@ def bench(
     repeats: Optional[int] = typer.Option(None, help="--load: runs of every point, side by side; medians reported"),
     serve_load: bool = typer.Option(False, "--serve", help="a load check of `lookahead serve`, LR and AR"),
     url: Optional[str] = typer.Option(None, help="--serve: a running frontend on loopback (default: start one on simulated servers)"),
-    requests_n: int = typer.Option(16, "--requests", help="--serve: requests per model"),
+    requests: Optional[int] = typer.Option(
+        None, help="--serve: requests per model (default 16); --load: requests per point, or the concurrency if higher (default 16)"),
     concurrency: int = typer.Option(8, help="--serve: requests in flight at once"),
     max_concurrent: int = typer.Option(4, help="--serve without --url: the frontend's concurrency limit"),
     queue_timeout: float = typer.Option(30.0, help="--serve without --url: the frontend's queue timeout"),
@@ -326,10 +327,11 @@ def bench(
     """Measure the engines on simulated servers with GPU-like timing: against the theory (--sim), under load
     (--load), or a running frontend (--serve)."""
     if serve_load:
-        _bench_serve(url, requests_n, concurrency, max_concurrent, queue_timeout, time_limit, api_key, as_json)
+        _bench_serve(url, 16 if requests is None else requests, concurrency, max_concurrent, queue_timeout, time_limit,
+                     api_key, as_json)
         return
     if load:
-        _bench_load(quick, slopes, concurrencies, repeats, depths, engines, target_ms or 5.0, as_json, out)
+        _bench_load(quick, slopes, concurrencies, repeats, requests, depths, engines, target_ms or 5.0, as_json, out)
         return
     if not sim:
         raise LookaheadError("give --sim (scheduling grid), --load (speedup under load) or --serve (load check)")
@@ -402,7 +404,7 @@ def _load_depth(text: str):
     raise LookaheadError(f"--depths takes 'ar', 'adaptive' or whole numbers >= 1, got {text!r}")
 
 
-def _bench_load(quick, slopes, concurrencies, repeats, depths, engines, target_ms, as_json, out) -> None:
+def _bench_load(quick, slopes, concurrencies, repeats, requests, depths, engines, target_ms, as_json, out) -> None:
     from lookahead_reasoning.eval.load_bench import LoadGrid, load_table, run_load_grid, write_load_report
     from lookahead_reasoning.eval.simserver import LatencyModel
 
@@ -418,6 +420,8 @@ def _bench_load(quick, slopes, concurrencies, repeats, depths, engines, target_m
         overrides["engines"] = [e.strip() for e in engines.split(",") if e.strip()]
     if repeats is not None:
         overrides["repeats"] = repeats
+    if requests is not None:
+        overrides["min_requests"] = requests
     grid = validated(LoadGrid, **{**grid.model_dump(), **overrides})
     latency = validated(LatencyModel, target_decode_ms=target_ms, judge_decode_ms=target_ms / 2, steps=10,
                         question_words=40)

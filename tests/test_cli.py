@@ -244,7 +244,8 @@ def test_bench_sim_json_and_report(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("option, value", [("--slopes", "-1"), ("--concurrencies", "0"), ("--depths", "ar,x"),
-                                           ("--engines", "fast"), ("--slopes", "a,b"), ("--repeats", "0")])
+                                           ("--engines", "fast"), ("--slopes", "a,b"), ("--repeats", "0"),
+                                           ("--requests", "0")])
 def test_invalid_bench_load_grids_get_one_line(capsys, option, value):
     proc = invoke(capsys, "bench", "--load", option, value)
     assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -254,7 +255,7 @@ def test_invalid_bench_load_grids_get_one_line(capsys, option, value):
 def test_bench_load_json_table_and_plot(capsys, tmp_path):
     proc = invoke(capsys,
         "bench", "--load", "--slopes", "0,1", "--concurrencies", "1,2", "--depths", "ar,2,adaptive",
-        "--engines", "sync", "--target-ms", "2", "--json", "--out", str(tmp_path),
+        "--engines", "sync", "--target-ms", "2", "--requests", "6", "--json", "--out", str(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr
     points = json.loads(proc.stdout)["points"]
