@@ -25,11 +25,7 @@ o + L·t₁ + k·u: the model fits u (and so s) from it, at a quarter of the cos
 step. When AR wins it drafts nothing, and now and then probes again to see
 whether things changed (a fork probe while the branches alone make lookahead lose,
 else one drafted step): the probes are spaced so that what they cost stays within
-`PROBE_BUDGET` of the run's time. Spacings count rounds of each run: where C runs share
-the policy, a probe (or an AR check, below) comes once in C times as many rounds, since
-what it measures serves them all; counted in rounds of all runs, 16 runs probed 16
-times as often as one, and every run's AR stretches were cut short before the next
-probe (a request per step or two where the target alone sends one).
+`PROBE_BUDGET` of the run's time.
 
 The model can miss costs (a client that runs out of CPU under load, a server that is
 sublinear where the fit is linear), so the rounds themselves are the last word: when the
@@ -369,17 +365,16 @@ class AdaptiveDepth:
         """The next round; `seconds_left` (a deadline) caps an AR stretch to what fits at the measured speed."""
         with self._lock:
             depth, width, speedup = self._plan()
-            runs = self._concurrency()  # spacings are in rounds of each run: a probe or check measures for all of them
             if depth and not math.isnan(speedup):
                 self.drafting_rounds += 1
-                if self.drafting_rounds > runs * self.check_spacing(speedup):
+                if self.drafting_rounds > self.check_spacing(speedup):
                     self.drafting_rounds = 0
                     return RoundPlan(0)  # an AR check
             if depth or self.costs.target_alone_unknown:
                 return RoundPlan(depth, width)
             if not self.costs.slope_known:
                 return RoundPlan(0, probe_tokens=self._probe_tokens())
-            spacing = runs * self.probe_spacing()
+            spacing = self.probe_spacing()
             if self.ar_rounds >= spacing:
                 self.ar_rounds = 0
                 if not self._probe_is_a_fork():

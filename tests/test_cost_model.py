@@ -280,21 +280,6 @@ def test_while_ar_wins_ar_rounds_write_several_steps_in_one_request():
     assert policy.costs.estimate().step_tokens == pytest.approx(TOKENS)
 
 
-def test_runs_sharing_a_policy_space_probes_in_rounds_of_each_run():
-    """16 runs while AR wins: counted in rounds of all runs, a probe came every few rounds, and the runs'
-    stretches were cut short before it (lone steps: a request per step where the target alone sends one)."""
-    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
-    _learn(policy, float, rounds=40)  # B(n) = n: AR wins
-    for _ in range(16):
-        policy.run_started()
-    plans = [policy.next_round() for _ in range(300)]
-    probes = sum(bool(p.probe_tokens) for p in plans)
-    steps = sum(p.stretch_tokens // TOKENS or 1 for p in plans)
-    assert 1 <= probes <= steps // (16 * policy.probe_spacing()) + 1  # a probe per `spacing` steps of each run
-    full = min(AR_STRETCH_STEPS, int(AR_STRETCH_SECONDS / (TOKENS * T))) * TOKENS
-    assert sum(p.stretch_tokens == full for p in plans) >= 0.9 * len(plans)
-
-
 def _learn_widths(policy, branch_cost, acceptance, rounds=60):
     """Rounds at the widths the policy picks; `acceptance[w]` = (accepted, decided) positions per round."""
     widths = []
