@@ -200,8 +200,10 @@ class CostModel:
         time, less than what a loaded client adds to timing a request (traced in `bench --load`: noise read
         u = 0 there, t₁ 64 times too high, and runs drafted on a linear server). The time alone, t₁ and o,
         then comes from the slowly forgetting fit (`SLOW_FORGET`), which has seen lighter load (the AR checks
-        between forks, the ends of waves of requests), and u from the local level; where that fit has not
-        seen the load vary either, the slope is read as linear (s = 1), the safe side: AR until it does."""
+        between forks, the ends of waves of requests), and u from the local level (from that fit too where
+        the local load is under one other request: one run's AR stretches after a probe); where that fit
+        has not seen the load vary either, the slope is read as linear (s = 1), the safe side: AR until it
+        does."""
         m = self._values(self._moments)
         if m is None:
             return None, None, 0.0
@@ -211,9 +213,11 @@ class CostModel:
         if not sloped or self._load_spread(m):
             return self._constrained(m, sloped)
         slow = self._values(self._slow_moments)
-        t1, _, overhead = self._constrained(slow, True) if self._load_spread(slow) else (None, None, 0.0)
+        t1, per_request, overhead = self._constrained(slow, True) if self._load_spread(slow) else (None, None, 0.0)
         if t1 is None:
             return self._constrained(m, True, slope=1.0)
+        if m["1*x"] < 1.0:  # beside less than one other request on average, the level says little about u
+            return t1, per_request, overhead
         per_request = (m["1*y"] - t1 - overhead * m["1*i"]) / m["1*x"]
         return t1, min(max(0.0, per_request), self._bound(m, t1, overhead)), overhead
 
@@ -230,9 +234,9 @@ class CostModel:
     def _mean_tokens(self, m: dict[str, float]) -> float:
         return self._step_tokens.value or 1.0 / m["1*i"]
 
-    def _bound(self, m: dict[str, float], t1: float, overhead: float, slope: float = MAX_SLOPE) -> float:
-        """u where a step of the mean length costs `slope` more per other request in flight."""
-        return slope * (overhead / self._mean_tokens(m) + t1)
+    def _bound(self, m: dict[str, float], t1: float, overhead: float) -> float:
+        """u where a step of the mean length costs MAX_SLOPE more per other request in flight."""
+        return MAX_SLOPE * (overhead / self._mean_tokens(m) + t1)
 
     def _constrained(self, m: dict[str, float], sloped: bool, slope: float | None = None,
                      ) -> tuple[float | None, float | None, float]:

@@ -176,6 +176,18 @@ def test_at_one_high_load_the_time_alone_comes_from_the_lighter_load_seen_before
     assert model.branch_cost(2, concurrency=64) == pytest.approx(2.0, abs=0.05)
 
 
+def test_one_runs_stretches_long_after_a_probe_keep_the_probes_slope():
+    """One run while AR wins on a linear server: a probe, then many AR stretches alone with a little noise.
+    The fast fit's load is then a faded probe's (x̄ ≈ 0.004); the slope from its level over that load
+    would be noise divided by almost nothing (0 or the bound, a flip of the decision). It stays the probe's."""
+    model = CostModel()
+    model.observe_target(1, 20 * 0.05, 20)
+    model.observe_target(1, 20 * 0.05 * (1 + 5 / 20), 20, others=5 / 20)  # a 5-token probe beside it, s = 1
+    for k in range(12):
+        model.observe_target(1, 160 * 0.05 * (1.02 if k % 2 else 0.98), 160, steps=8)
+    assert model.estimate().branch_slope == pytest.approx(1.0, abs=0.1)
+
+
 def test_time_per_token_growing_faster_than_in_proportion_to_the_load_reads_as_the_steepest_slope():
     """y = 5 ms · (x − 5): within t₁ > 0 and u ≥ 0 with the bound slack, the best fit is u = 0 (branches free);
     the best fit within the bound has the bound binding."""
