@@ -207,7 +207,7 @@ class CostModel:
         m = self._values(self._moments)
         if m is None:
             return None, None, 0.0
-        sloped = m["x*x"] - m["1*x"] ** 2 >= 1e-9
+        sloped = self._load_variance(m) >= 1e-9
         if not sloped and m["1*x"] >= 1e-9:  # every request saw the same load, and not alone
             return None, None, 0.0
         if not sloped or self._load_spread(m):
@@ -227,9 +227,13 @@ class CostModel:
         return None if values["1*y"] is None else values
 
     @staticmethod
-    def _load_spread(m: dict[str, float]) -> bool:
+    def _load_variance(m: dict[str, float]) -> float:
+        return m["x*x"] - m["1*x"] ** 2
+
+    @classmethod
+    def _load_spread(cls, m: dict[str, float]) -> bool:
         """Whether the requests' loads varied enough to fit the slope from them."""
-        return m["x*x"] - m["1*x"] ** 2 >= MIN_LOAD_SPREAD ** 2 * (1.0 + m["1*x"]) ** 2
+        return cls._load_variance(m) >= MIN_LOAD_SPREAD ** 2 * (1.0 + m["1*x"]) ** 2
 
     def _mean_tokens(self, m: dict[str, float]) -> float:
         return self._step_tokens.value or 1.0 / m["1*i"]
