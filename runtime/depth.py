@@ -25,7 +25,9 @@ o + L·t₁ + k·u: the model fits u (and so s) from it, at a quarter of the cos
 step. When AR wins it drafts nothing, and now and then probes again to see
 whether things changed (a fork probe while the branches alone make lookahead lose,
 else one drafted step): the probes are spaced so that what they cost stays within
-`PROBE_BUDGET` of the run's time.
+`PROBE_BUDGET` of the run's time. A drafted probe loses on every step its round keeps (1 + α
+for sync; the async chain pipeline drafts on while its drafts are accepted, 1 / (1 − α)), so
+its spacing, in AR steps, counts them all.
 
 The model can miss costs (a client that runs out of CPU under load, a server that is
 sublinear where the fit is linear), so the rounds themselves are the last word: when the
@@ -47,7 +49,7 @@ rounds lose to the target alone. A stretch is at most `AR_STRETCH_STEPS` steps a
 Stretches are timed like any target request (their time per token, not their length
 as a step's): they keep the fit current between probes, and their lengths, unlike
 steps of one typical length, tell a request's fixed cost apart from its time per token.
-The AR round just before each probe writes a lone step.
+The AR round just before each fork probe writes a lone step.
 
 With `--width W` > 1 it also picks the width, 1 to W. It learns the per-position
 acceptance of each width it runs; a width it has not run gets its α from the width it
@@ -72,7 +74,7 @@ from typing import Protocol
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel, per_run
 from lookahead_reasoning.runtime.results import RoundRecord
-from lookahead_reasoning.runtime.theory import engine_speedup, tree_branches
+from lookahead_reasoning.runtime.theory import engine_speedup, round_steps, tree_branches
 
 TREE_NODE_BUDGET = 16  # leaves; the drafting itself is capped by LookaheadConfig.max_tree_nodes
 PROBE_BUDGET = 0.02  # share of the time that probes may cost while AR wins
@@ -87,7 +89,7 @@ STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement 
 
 
 def _spacing(loss: float) -> int:
-    """Rounds between two rounds that each lose `loss` of a round, so that they cost PROBE_BUDGET at most."""
+    """Rounds (steps) between two rounds that each lose `loss` of one, so that they cost PROBE_BUDGET at most."""
     return min(PROBE_SPACING[1], max(PROBE_SPACING[0], math.ceil(loss / PROBE_BUDGET)))
 
 
@@ -347,7 +349,9 @@ class AdaptiveDepth:
                                     self.costs.judge_cost(1, self._concurrency()))
             gain = self.measured_gain()
             speedup = speedup if gain is None else min(speedup, gain)
-            loss = max(0.0, 1.0 / speedup - 1.0)  # extra time of a γ = 1 round over an AR round, in AR rounds
+            # the extra time of a γ = 1 round over AR writing its steps, in AR steps (ar_rounds counts steps)
+            steps = round_steps(self.mode, 1, min(self.alpha_at(1), 0.999), self._window)
+            loss = steps * max(0.0, 1.0 / speedup - 1.0)
         return _spacing(loss)
 
     def peek_round(self) -> RoundPlan:
@@ -380,7 +384,9 @@ class AdaptiveDepth:
                 if not self._probe_is_a_fork():
                     return RoundPlan(1)
                 return RoundPlan(0, probe_tokens=self._probe_tokens())
-            steps, tokens = self._stretch(spacing - self.ar_rounds - 1, seconds_left)  # a lone step before a probe
+            # a fork probe is measured beside a lone step just before it; a drafted probe needs none
+            before = 1 if self._probe_is_a_fork() else 0
+            steps, tokens = self._stretch(spacing - self.ar_rounds - before, seconds_left)
             self.ar_rounds += steps
             return RoundPlan(0, stretch_tokens=tokens)
 

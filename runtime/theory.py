@@ -61,6 +61,15 @@ def expected_steps(k: int, alpha: float) -> float:
     return float(k) if alpha == 1.0 else (1.0 - alpha**k) / (1.0 - alpha)
 
 
+def round_steps(engine: str, depth: int, alpha: float, window: bool = False) -> float:
+    """E[steps one round of γ = `depth` keeps]: sync k = γ + 1; async with windows k = γ; the async chain
+    pipeline goes on drafting while its drafts are accepted, so its round ends only at a rejection (or
+    the end of the problem): 1 / (1 − α) steps."""
+    if engine == "async" and not window:
+        return 1.0 / (1.0 - alpha) if alpha < 1.0 else math.inf
+    return expected_steps(depth + (engine == "sync"), alpha)
+
+
 def token_level(k: int, alpha: float, c: float) -> float:
     """g(k) = (1 − α^(k+1)) / ((1 − α)(1 + ck)): token-level speculative decoding; at most 1/(1 − α)."""
     _check(alpha, c, k)

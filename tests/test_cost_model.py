@@ -406,15 +406,25 @@ def test_policy_backs_off_when_load_rises_and_drafts_again_when_it_falls():
     assert policy.cost_estimate().planned_depth >= 3
 
 
-def test_probe_spacing_bounds_the_probe_cost():
-    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
-    cheapish = lambda n: 1.0 + 0.3 * (n - 1)  # noqa: E731  branches could pay, but nothing is accepted
-    _learn(policy, cheapish, accept_all=False, rounds=60)
-    assert policy.cost_estimate().planned_depth == 0 and not policy._probe_is_a_fork()
-    spacing = policy.probe_spacing()
-    speedup = engine_speedup("sync", 1, policy.alpha, policy.costs.c(), policy.costs.judge_cost(1),
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_probe_spacing_bounds_the_probe_cost(mode):
+    """A drafted probe loses against AR on every step it writes: a sync γ = 1 round keeps 1 + α steps, an
+    async chain round goes on while its drafts are accepted (1 / (1 − α) steps); the spacing, counted in AR
+    steps, spreads all of that within the budget."""
+    policy = AdaptiveDepth(mode, initial=2, max_depth=8)
+    slopeish = lambda n: 1.0 + 0.6 * (n - 1)  # noqa: E731  branches could pay, but drafting loses at α = ½
+    _learn(policy, slopeish, accept_all=False, rounds=60)
+    for _ in range(30):
+        policy.observe(round_record(2, 1, 2, branch_cost=slopeish))
+    assert not policy._probe_is_a_fork()
+    alpha = policy.alpha_at(1)
+    speedup = engine_speedup(mode, 1, alpha, policy.costs.c(), policy.costs.judge_cost(1),
                              branch_cost=policy.costs.branch_cost)
-    assert (1 / speedup - 1) / spacing <= PROBE_BUDGET + 1e-9  # a γ = 1 probe's loss, spread over the AR rounds
+    gain = policy.measured_gain()
+    speedup = speedup if gain is None else min(speedup, gain)
+    steps = 1 + alpha if mode == "sync" else 1 / (1 - alpha)
+    assert alpha == pytest.approx(0.5, abs=0.05) and speedup < 0.95
+    assert steps * (1 / speedup - 1) / policy.probe_spacing() <= PROBE_BUDGET + 1e-9
 
 
 def test_costs_are_saved_per_server_set_and_a_bad_file_starts_afresh(tmp_path):

@@ -46,6 +46,14 @@ def test_engine_depth_mapping():
     assert theory.combined(1.5, 2.0) == 3.0
 
 
+def test_steps_a_round_keeps_by_hand():
+    assert theory.round_steps("sync", 1, 0.5) == pytest.approx(1.5)  # the draft step if accepted, then the target's
+    assert theory.round_steps("sync", 3, 0.5) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert theory.round_steps("async", 2, 0.5, window=True) == pytest.approx(1.5)  # a window: no bonus step
+    assert theory.round_steps("async", 1, 0.5) == pytest.approx(2.0)  # the chain pipeline runs on while accepted
+    assert theory.round_steps("async", 1, 0.0) == pytest.approx(1.0)
+
+
 def test_best_depth_picks_the_maximum_and_falls_back_to_ar():
     depth, speedup = theory.best_depth("sync", 0.8, 0.05)
     assert speedup == max(theory.engine_speedup("sync", d, 0.8, 0.05) for d in range(1, 9))
