@@ -65,9 +65,9 @@ class CostEstimate(BaseModel):
     branch_cost: dict[int, float] = {}  # B(n) for a few widths n, at `concurrency`
     branch_slope: float | None = None  # s: a mean step's extra time per extra concurrent request, over its time alone
     concurrency: float = 1.0  # runs sharing the servers when the estimate was made
-    c: float | None = None
+    c: float | None = None  # the draft's time per step over the target's, at `concurrency`
     judge_s_per_round: float | None = None  # for one pair (a fork of n pairs costs B(n) times this)
-    j: float | None = None  # the same in target steps
+    j: float | None = None  # the same in target steps, at `concurrency`
     step_tokens: float | None = None
     observations: int = 0
     alpha: float | None = None  # the policy's acceptance estimate
@@ -347,23 +347,27 @@ class CostModel:
         with self._lock:
             return self._fit()[0] is None and self._alone.value is None
 
-    def _c(self) -> float | None:
-        step, draft = self._step_s(1.0), self._draft.value
+    # c and j are in target steps at the load the plan is for: the theory prices a round against the step AR
+    # would take there (B(n) is relative to it too); against the step alone, both read (1 + s(C − 1)) times
+    # too high under C runs (1.3× at s = 0.1 and four runs, where drafting then looked no better than AR)
+    def _c(self, concurrency: float) -> float | None:
+        step, draft = self._step_s(max(1.0, concurrency)), self._draft.value
         return draft * self._step_tokens.value / step if step and draft is not None else None
 
-    def _j(self) -> float | None:
-        step, judge = self._step_s(1.0), self._judge.value
+    def _j(self, concurrency: float) -> float | None:
+        step, judge = self._step_s(max(1.0, concurrency)), self._judge.value
         return judge / step if step and judge is not None else None
 
-    def c(self) -> float | None:
-        """The draft's time per step over the target's (a step of the mean length)."""
+    def c(self, concurrency: float = 1.0) -> float | None:
+        """The draft's time per step over the target's (a step of the mean length) while `concurrency` runs
+        share the servers."""
         with self._lock:
-            return self._c()
+            return self._c(concurrency)
 
     def judge_cost(self, pairs: int, concurrency: float = 1.0) -> float:
         """j(pairs): the verifier's time per round in target steps (0 where nothing is known)."""
         with self._lock:
-            j = self._j()
+            j = self._j(concurrency)
             return 0.0 if j is None else j * self._branch_cost(pairs, concurrency)
 
     def estimate(self, concurrency: float = 1.0) -> CostEstimate:
@@ -376,9 +380,9 @@ class CostModel:
                 branch_cost={n: round(self._branch_cost(n, concurrency), 3) for n in (2, 3, 5)}
                 if slope is not None else {},
                 branch_slope=slope,
-                c=self._c(),
+                c=self._c(concurrency),
                 judge_s_per_round=self._judge.value,
-                j=self._j(),
+                j=self._j(concurrency),
                 step_tokens=self._step_tokens.value,
                 observations=self.observations,
                 concurrency=concurrency,

@@ -296,7 +296,7 @@ class AdaptiveDepth:
 
     def _best_by_width(self) -> dict[int, tuple[int, float]]:
         """(γ, expected speedup) at each width the policy may choose (empty until it can plan)."""
-        c = self.costs.c()
+        c = self.costs.c(self._concurrency())
         if c is None or not self.costs.ready:
             return {}
         return {w: self._best(w, min(self.alpha_at(w), 0.999), max(c, 1e-3)) for w in range(1, self.width + 1)}
@@ -315,7 +315,15 @@ class AdaptiveDepth:
 
     def _plan(self) -> tuple[int, int, float]:
         """(γ, W, expected speedup) under the current estimates; nan where it is not known yet."""
-        c = self.costs.c()
+        best = self._model_plan()
+        gain = self.measured_gain()
+        if best[0] and not math.isnan(best[2]) and gain is not None and gain < 1.0 - LOSS_MARGIN:
+            return 0, 1, 1.0  # the model says drafting pays, the rounds say it does not: they win
+        return best
+
+    def _model_plan(self) -> tuple[int, int, float]:
+        """What the cost model alone would plan (the measured rates may overrule it)."""
+        c = self.costs.c(self._concurrency())
         if self.costs.target_alone_unknown:
             return 0, 1, math.nan  # an AR round measures the lone target step
         if not self.costs.slope_known:
@@ -328,30 +336,36 @@ class AdaptiveDepth:
         for width, (depth, speedup) in self._best_by_width().items():
             if speedup > best[2] + 1e-9:
                 best = (depth, width, speedup)
-        gain = self.measured_gain()
-        if best[0] and gain is not None and gain < 1.0 - LOSS_MARGIN:
-            return 0, 1, 1.0  # the model says drafting pays, the rounds say it does not: they win
         return best
 
     def _probe_is_a_fork(self) -> bool:
-        """Probe the branches alone (cheap) while they make lookahead lose; else draft one step."""
+        """Probe the branches alone (cheap) while they make lookahead lose; else draft."""
         return self._forks_itself and (self.costs.c() is None or self._ceiling() <= CEILING_MARGIN)
+
+    def _drafted_probe(self) -> tuple[int, int]:
+        """(γ, W) of a drafted probe: what the model would run where the measured rates overrule it (that is
+        what they must measure again: γ = 1 rounds can lose to AR stretches where deeper rounds win), else
+        one step."""
+        depth, width, _ = self._model_plan()
+        return (depth, width) if depth else (1, 1)
 
     def probe_spacing(self) -> int:
         """AR rounds between probes, so that a probe's loss against AR stays within PROBE_BUDGET."""
-        c = self.costs.c()
+        c = self.costs.c(self._concurrency())
         if self._probe_is_a_fork():
             loss = (self._branch_cost(2) - 1.0) * PROBE_SHARE  # a share of the step twice, against once
         elif c is None:
             return PROBE_SPACING[0]
         else:
-            speedup = self._speedup(1, 1, min(self.alpha_at(1), 0.999), max(c, 1e-3),
-                                    self.costs.judge_cost(1, self._concurrency()))
+            depth, width = self._drafted_probe()
+            alpha = min(self.alpha_at(width), 0.999)
+            pairs = tree_branches(depth, width, self.max_nodes) - 1
+            speedup = self._speedup(depth, width, alpha, max(c, 1e-3),
+                                    self.costs.judge_cost(pairs, self._concurrency()))
             gain = self.measured_gain()
             speedup = speedup if gain is None else min(speedup, gain)
-            # the extra time of a γ = 1 round over AR writing its steps, in AR steps (ar_rounds counts steps)
-            steps = round_steps(self.mode, 1, min(self.alpha_at(1), 0.999), self._window)
-            loss = steps * max(0.0, 1.0 / speedup - 1.0)
+            # the extra time of the probe's round over AR writing its steps, in AR steps (ar_rounds counts steps)
+            loss = round_steps(self.mode, depth, alpha, self._window) * max(0.0, 1.0 / speedup - 1.0)
         return _spacing(loss)
 
     def peek_round(self) -> RoundPlan:
@@ -382,7 +396,7 @@ class AdaptiveDepth:
             if self.ar_rounds >= spacing:
                 self.ar_rounds = 0
                 if not self._probe_is_a_fork():
-                    return RoundPlan(1)
+                    return RoundPlan(*self._drafted_probe())
                 return RoundPlan(0, probe_tokens=self._probe_tokens())
             # a fork probe is measured beside a lone step just before it; a drafted probe needs none
             before = 1 if self._probe_is_a_fork() else 0
