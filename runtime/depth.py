@@ -24,16 +24,18 @@ The short branch runs beside the real one for k of its L tokens, so the round ta
 o + L·t₁ + k·u: the model fits u (and so s) from it, at a quarter of the cost of a whole second
 step. When AR wins it drafts nothing, and now and then probes again to see
 whether things changed (a fork probe while the branches alone make lookahead lose,
-else one drafted step): the probes are spaced so that what they cost stays within
+else a drafted round): the probes are spaced so that what they cost stays within
 `PROBE_BUDGET` of the run's time. A drafted probe loses on every step its round keeps (1 + α
-for sync; the async chain pipeline drafts on while its drafts are accepted, 1 / (1 − α)), so
-its spacing, in AR steps, counts them all.
+for sync at γ = 1; the async chain pipeline drafts on while its drafts are accepted, 1 / (1 − α)),
+so its spacing, in AR steps, counts them all.
 
 The model can miss costs (a client that runs out of CPU under load, a server that is
 sublinear where the fit is linear), so the rounds themselves are the last word: when the
 rounds that drafted advanced measurably slower (tokens per second) than AR rounds, it
 runs AR whatever the model says. That measurement expires as AR rounds go by (a few
-tens of rounds), and then drafting is measured again.
+tens of rounds), and then drafting is measured again. Its drafted probes run the γ and W
+the model would run: a γ = 1 round can lose to AR stretches where a deeper one wins, and
+probing at γ = 1 would then keep the rates saying AR.
 
 While drafting wins, an AR round now and then (an AR check, spaced like the probes)
 keeps the target's time alone measured: with every round at one γ, the slope would not
@@ -44,8 +46,12 @@ The checks also keep the measured AR rate fresh for the comparison above.
 Between probes, while AR wins, an AR round writes several steps in one request (an AR
 stretch, no stop at the delimiter), as the target alone would: a request per step costs
 client and server work that plain AR does not pay, and under load that alone makes AR
-rounds lose to the target alone. A stretch is at most `AR_STRETCH_STEPS` steps and about
-`AR_STRETCH_SECONDS` long, so deadlines, cancellation and streaming stay responsive.
+rounds lose to the target alone. A stretch is `AR_STRETCH_STEPS` steps, so that streaming
+stays responsive, or more where a request's fixed cost would be over `STRETCH_OVERHEAD` of
+that (a client short of CPU under many runs), and at most about `AR_STRETCH_SECONDS` long,
+so that deadlines and cancellation stay responsive. It is never cut short to meet a probe's
+turn (the probe comes a little late): a short stretch pays the fixed cost for a few steps,
+and where runs share the count, all of their stretches near the turn would be cut.
 Stretches are timed like any target request (their time per token, not their length
 as a step's): they keep the fit current between probes, and their lengths, unlike
 steps of one typical length, tell a request's fixed cost apart from its time per token.
@@ -82,6 +88,7 @@ PROBE_SHARE = 0.25  # a fork probe's extra branch writes this share of a step (a
 PROBE_MIN_TOKENS = 4
 AR_STRETCH_STEPS = 8  # most steps an AR round writes in one request while AR wins
 AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the run stays responsive
+STRETCH_OVERHEAD = 0.02  # ...but more steps where a request's fixed cost would be more than this share of it
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than AR rounds: run AR
@@ -342,31 +349,38 @@ class AdaptiveDepth:
         """Probe the branches alone (cheap) while they make lookahead lose; else draft."""
         return self._forks_itself and (self.costs.c() is None or self._ceiling() <= CEILING_MARGIN)
 
-    def _drafted_probe(self) -> tuple[int, int]:
-        """(γ, W) of a drafted probe: what the model would run where the measured rates overrule it (that is
-        what they must measure again: γ = 1 rounds can lose to AR stretches where deeper rounds win), else
-        one step."""
+    def _drafted_probe(self) -> tuple[int, int, float]:
+        """(γ, W, loss in AR steps) of a drafted probe. Where the measured rates overrule the model, what the
+        model would run: that is what they must measure again (γ = 1 rounds can lose to AR stretches where
+        deeper rounds win). One step instead where the model plans AR, or where the model's round would lose
+        more than the budget can spread over the longest spacing (deep forks on a client out of CPU)."""
+        if self.costs.c() is None:
+            return 1, 1, 0.0  # nothing to price a round with yet: one step, which measures c and j
         depth, width, _ = self._model_plan()
-        return (depth, width) if depth else (1, 1)
+        if depth:
+            loss = self._drafted_loss(depth, width)
+            if loss <= PROBE_BUDGET * PROBE_SPACING[1]:
+                return depth, width, loss
+        return 1, 1, self._drafted_loss(1, 1)
+
+    def _drafted_loss(self, depth: int, width: int) -> float:
+        """What a drafted round of (γ, W) loses against AR writing its steps, in AR steps (ar_rounds counts
+        steps): its expected steps times its time per step over AR's, less one."""
+        alpha = min(self.alpha_at(width), 0.999)
+        pairs = tree_branches(depth, width, self.max_nodes) - 1
+        speedup = self._speedup(depth, width, alpha, max(self.costs.c(self._concurrency()), 1e-3),
+                                self.costs.judge_cost(pairs, self._concurrency()))
+        gain = self.measured_gain()
+        speedup = speedup if gain is None else min(speedup, gain)
+        return round_steps(self.mode, depth, alpha, self._window) * max(0.0, 1.0 / speedup - 1.0)
 
     def probe_spacing(self) -> int:
         """AR rounds between probes, so that a probe's loss against AR stays within PROBE_BUDGET."""
-        c = self.costs.c(self._concurrency())
         if self._probe_is_a_fork():
-            loss = (self._branch_cost(2) - 1.0) * PROBE_SHARE  # a share of the step twice, against once
-        elif c is None:
+            return _spacing((self._branch_cost(2) - 1.0) * PROBE_SHARE)  # a share of the step twice, against once
+        if self.costs.c() is None:
             return PROBE_SPACING[0]
-        else:
-            depth, width = self._drafted_probe()
-            alpha = min(self.alpha_at(width), 0.999)
-            pairs = tree_branches(depth, width, self.max_nodes) - 1
-            speedup = self._speedup(depth, width, alpha, max(c, 1e-3),
-                                    self.costs.judge_cost(pairs, self._concurrency()))
-            gain = self.measured_gain()
-            speedup = speedup if gain is None else min(speedup, gain)
-            # the extra time of the probe's round over AR writing its steps, in AR steps (ar_rounds counts steps)
-            loss = round_steps(self.mode, depth, alpha, self._window) * max(0.0, 1.0 / speedup - 1.0)
-        return _spacing(loss)
+        return _spacing(self._drafted_probe()[2])
 
     def peek_round(self) -> RoundPlan:
         """The plan of a drafting round that may come next (for drafting ahead); γ ≥ 1."""
@@ -393,29 +407,37 @@ class AdaptiveDepth:
             if not self.costs.slope_known:
                 return RoundPlan(0, probe_tokens=self._probe_tokens())
             spacing = self.probe_spacing()
+            fork = self._probe_is_a_fork()
             if self.ar_rounds >= spacing:
                 self.ar_rounds = 0
-                if not self._probe_is_a_fork():
-                    return RoundPlan(*self._drafted_probe())
+                if not fork:
+                    depth, width, _ = self._drafted_probe()
+                    return RoundPlan(depth, width)
                 return RoundPlan(0, probe_tokens=self._probe_tokens())
-            # a fork probe is measured beside a lone step just before it; a drafted probe needs none
-            before = 1 if self._probe_is_a_fork() else 0
-            steps, tokens = self._stretch(spacing - self.ar_rounds - before, seconds_left)
-            self.ar_rounds += steps
+            if fork and self.ar_rounds == spacing - 1:  # a fork probe is measured beside a lone step before it
+                self.ar_rounds += 1
+                return RoundPlan(0)
+            # a whole stretch even past the probe's turn (which then comes a little late): cut short, it would
+            # pay a request's fixed cost for a few steps, and runs sharing the count would all cut theirs
+            steps, tokens = self._stretch(seconds_left)
+            self.ar_rounds = min(self.ar_rounds + steps, spacing - 1) if fork else self.ar_rounds + steps
             return RoundPlan(0, stretch_tokens=tokens)
 
     def _probe_tokens(self) -> int:
         step_tokens = self.costs.estimate().step_tokens or PROBE_MIN_TOKENS / PROBE_SHARE
         return max(PROBE_MIN_TOKENS, math.ceil(PROBE_SHARE * step_tokens))
 
-    def _stretch(self, until_probe: int, seconds_left: float | None) -> tuple[int, int]:
-        """(steps, token cap) of the next AR round: up to the next probe, within the stretch limits and the
-        time left; (1, 0) for a lone step."""
+    def _stretch(self, seconds_left: float | None) -> tuple[int, int]:
+        """(steps, token cap) of the next AR round, within the stretch limits and the time left; (1, 0) for a
+        lone step. At least AR_STRETCH_STEPS steps, more where a request's fixed cost o would otherwise
+        exceed STRETCH_OVERHEAD of the stretch (a client short of CPU under many runs: o ≈ a step's time)."""
         estimate = self.costs.estimate()
-        if until_probe <= 1 or not (estimate.step_tokens and estimate.target_s_per_token):
+        if not (estimate.step_tokens and estimate.target_s_per_token):
             return 1, 0
         step_s = estimate.step_tokens * estimate.target_s_per_token
-        steps = min(until_probe, AR_STRETCH_STEPS, max(1, math.floor(AR_STRETCH_SECONDS / step_s + 1e-6)))
+        overhead = estimate.request_overhead_s or 0.0
+        most = max(AR_STRETCH_STEPS, math.ceil(overhead * (1.0 - STRETCH_OVERHEAD) / (STRETCH_OVERHEAD * step_s)))
+        steps = min(most, max(1, math.floor(AR_STRETCH_SECONDS / step_s + 1e-6)))
         if steps == 1:
             return 1, 0
         tokens = steps * max(1, round(estimate.step_tokens))

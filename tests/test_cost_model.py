@@ -292,8 +292,28 @@ def test_while_ar_wins_ar_rounds_write_several_steps_in_one_request():
     # as many steps as fit in AR_STRETCH_SECONDS, at most AR_STRETCH_STEPS, and never past the next probe
     assert stretches and max(stretches) == min(AR_STRETCH_STEPS, int(AR_STRETCH_SECONDS / (TOKENS * T)))
     assert max(stretches) < policy.probe_spacing()
+    # never cut short to meet a probe's turn (the probe comes a little late): a request's fixed cost for a
+    # few steps, and under many runs sharing the count, every run's stretch would be cut near the turn
+    assert set(stretches) == {max(stretches)}
     assert all(p.stretch_tokens == 0 for p in plans if p.probe_tokens)  # a probe round is one step
     assert policy.costs.estimate().step_tokens == pytest.approx(TOKENS)
+
+
+def test_where_a_request_costs_as_much_as_a_step_ar_stretches_grow_to_keep_that_cost_small():
+    """A client short of CPU (many runs): every request pays about a step's time before its tokens. Eight
+    steps per stretch would spend 11 % of the time on that; the stretch grows until it is 2 %."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    _learn(policy, float, rounds=40)  # AR wins; requests have no fixed cost yet
+    assert policy._stretch(None)[0] == AR_STRETCH_STEPS
+    for steps in [2, 4, 8, 3, 6, 8, 5, 7] * 25:  # stretches of several lengths, each paying o = 1 s (a step's time)
+        policy.costs.observe_target(1, 1.0 + steps * TOKENS * T, steps * TOKENS, steps=steps)
+    estimate = policy.costs.estimate()
+    assert estimate.request_overhead_s == pytest.approx(1.0, rel=0.1)
+    steps, tokens = policy._stretch(None)
+    assert steps > AR_STRETCH_STEPS and tokens == steps * round(estimate.step_tokens)
+    step_s = estimate.step_tokens * estimate.target_s_per_token
+    assert estimate.request_overhead_s / (estimate.request_overhead_s + steps * step_s) <= 0.02 + 1e-9
+    assert steps * step_s <= AR_STRETCH_SECONDS + 1e-9
 
 
 def _learn_widths(policy, branch_cost, acceptance, rounds=60):
@@ -337,14 +357,17 @@ def test_a_width_never_run_gets_its_alpha_as_if_candidates_were_independent():
     assert policy.alpha_at(4) == pytest.approx(1 - (1 - alpha_1) ** 4)
 
 
-def test_rounds_that_measure_slower_than_ar_win_over_the_model():
-    """The model says drafting pays (free branches), but the drafting rounds advance at half the tokens per
-    second of AR rounds (say the client runs out of CPU): the policy runs AR, and drafts again when its
-    drafted probes measure fast rounds."""
+@pytest.mark.parametrize("slowdown, probe_at_plan", [(2.0, False), (1.1, True)])
+def test_rounds_that_measure_slower_than_ar_win_over_the_model(slowdown, probe_at_plan):
+    """The model says drafting pays (free branches), but the drafting rounds advance `slowdown` times slower
+    than AR rounds (say the client runs out of CPU): the policy runs AR, and drafts again when its drafted
+    probes measure fast rounds. The probes run the model's γ (what the rates must measure again), unless
+    such a round would lose more than the probe budget spreads over the longest spacing: then one step."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     free = lambda n: 1.0  # noqa: E731
     _learn(policy, free)
-    assert policy.cost_estimate().planned_depth >= 3 and policy.measured_gain() is None
+    planned = policy.cost_estimate().planned_depth
+    assert planned >= 3 and policy.measured_gain() is None
 
     def timed(depth, seconds_per_token):
         tokens = TOKENS * (depth + 1)
@@ -353,15 +376,14 @@ def test_rounds_that_measure_slower_than_ar_win_over_the_model():
 
     for _ in range(3):
         policy.observe(timed(0, T))
-        policy.observe(timed(3, 2 * T))
-    assert policy.measured_gain() == pytest.approx(0.5)
+        policy.observe(timed(3, slowdown * T))
+    assert policy.measured_gain() == pytest.approx(1 / slowdown)
     estimate = policy.cost_estimate()
-    assert estimate.planned_depth == 0 and estimate.measured_gain == pytest.approx(0.5)
+    assert estimate.planned_depth == 0 and estimate.measured_gain == pytest.approx(1 / slowdown)
     plans = [policy.next_round() for _ in range(60)]
     probes = [p.depth for p in plans if p.depth]
-    # drafted probes keep measuring, at the γ the model would run (a γ = 1 round, slower than AR stretches
-    # where a deeper one is faster, would keep the rates saying AR)
-    assert probes and all(depth >= 3 for depth in probes)
+    # at half speed a round of γ = 8 (9 steps) loses 9 AR steps, more than 2 % of the longest spacing (8)
+    assert probes and all(depth == (planned if probe_at_plan else 1) for depth in probes)
     for _ in range(30):
         policy.observe(timed(1, T / 1.5))  # the load is gone: drafting rounds are fast again
     assert policy.cost_estimate().planned_depth >= 3

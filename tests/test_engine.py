@@ -425,9 +425,9 @@ def test_while_ar_wins_the_engine_writes_several_steps_per_request(engine_class)
     result = engine_class(config, models, FastPathVerifier(ScriptedJudge()), policy=policy).run("q")
     assert result.text == DELIM.join(steps) and result.stats.finish == "eos"
     assert [s.text for s in result.steps] == [s + DELIM for s in steps[:-1]] + [steps[-1]]
-    # sync: 8 steps (a fork probe after 13, beside a lone step just before it); async (W = 1 pipelines lone
-    # target steps): 6, then a drafted probe (no lone step before it)
-    assert result.round_log[0].target_steps == (8 if engine_class is SyncEngine else 6)
+    # 8 steps, a whole stretch; sync: a fork probe after 13, beside a lone step just before it; async (W = 1
+    # pipelines lone target steps): the drafted probe's turn came after 6, it comes right after the stretch
+    assert result.round_log[0].target_steps == 8
     assert result.round_log[1].depth == (0 if engine_class is SyncEngine else 1)
     assert models.calls["generate"] >= 1
     assert result.stats.output_tokens == 16 * 20 and result.stats.rounds < 8
