@@ -32,8 +32,10 @@ so its spacing, in AR steps, counts them all.
 The model can miss costs (a client that runs out of CPU under load, a server that is
 sublinear where the fit is linear), so the rounds themselves are the last word: when the
 rounds that drafted advanced measurably slower (tokens per second) than AR rounds, it
-runs AR whatever the model says. That measurement expires as AR rounds go by (a few
-tens of rounds), and then drafting is measured again. Its drafted probes run the γ and W
+runs AR whatever the model says. That measurement ages as AR rounds go by, so that the next
+drafted probe outweighs it: the probes measure drafting again. (It used to expire after a
+few tens of rounds, and then every run drafted until two drafting rounds were timed: under
+64 runs, a burst of drafting rounds on a client already out of CPU.) Its drafted probes run the γ and W
 the model would run: a γ = 1 round can lose to AR stretches where a deeper one wins, and
 probing at γ = 1 would then keep the rates saying AR.
 
@@ -92,7 +94,7 @@ STRETCH_OVERHEAD = 0.02  # ...but more steps where a request's fixed cost would 
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than AR rounds: run AR
-STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement of AR or drafting rounds expires
+STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement of AR or drafting rounds ages
 
 
 def _spacing(loss: float) -> int:
@@ -231,7 +233,8 @@ class AdaptiveDepth:
         self.costs = costs or CostModel()
         self._lock = threading.Lock()
         self._tallies: dict[int, tuple[float, float]] = {}  # width -> (accepted, rejected) positions, forgetting
-        self._rates: dict[str, tuple[float, float, float]] = {}  # "ar"/"draft" -> (rounds, tokens, seconds)
+        self._rates: dict[str, tuple[float, float]] = {}  # "ar"/"draft" -> (tokens, seconds), forgetting
+        self._rounds_timed: dict[str, int] = {}  # "ar"/"draft" -> rounds measured in all
         self.last_width = 1  # of the last round that drafted
         self.ar_rounds = 0  # AR rounds since the last probe
         self.drafting_rounds = 0  # drafting rounds since the last AR check
@@ -315,9 +318,9 @@ class AdaptiveDepth:
     def measured_gain(self) -> float | None:
         """Tokens per second of the rounds that drafted over that of AR rounds, as measured (None until
         both have a few rounds): what the model may miss, such as a client that runs out of CPU."""
-        if any(self._rates.get(kind, (0.0,))[0] < 2.0 for kind in ("ar", "draft")):
+        if any(self._rounds_timed.get(kind, 0) < 2 for kind in ("ar", "draft")):
             return None
-        (_, ar_tokens, ar_s), (_, tokens, seconds) = self._rates["ar"], self._rates["draft"]
+        (ar_tokens, ar_s), (tokens, seconds) = self._rates["ar"], self._rates["draft"]
         return (tokens / seconds) / (ar_tokens / ar_s)
 
     def _plan(self) -> tuple[int, int, float]:
@@ -461,10 +464,12 @@ class AdaptiveDepth:
         if record.index and record.output_tokens and record.wall_s > 0 and not record.probe_tokens:
             kind, other = ("draft", "ar") if record.depth else ("ar", "draft")
             with self._lock:
-                rounds, tokens, seconds = self._rates.get(kind, (0.0, 0.0, 0.0))
-                self._rates[kind] = (forget * rounds + 1.0, forget * tokens + record.output_tokens,
-                                     forget * seconds + record.wall_s)
-                if other in self._rates:  # what the other kind measured grows stale: in time, it is measured again
+                tokens, seconds = self._rates.get(kind, (0.0, 0.0))
+                self._rates[kind] = (forget * tokens + record.output_tokens, forget * seconds + record.wall_s)
+                self._rounds_timed[kind] = self._rounds_timed.get(kind, 0) + 1
+                # what the other kind measured grows stale: its rate stands, but the next round of that kind
+                # (a probe) outweighs it
+                if other in self._rates:
                     stale = per_run(STALE_FORGET, runs)
                     self._rates[other] = tuple(stale * value for value in self._rates[other])
         if record.judged:

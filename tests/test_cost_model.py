@@ -380,6 +380,9 @@ def test_rounds_that_measure_slower_than_ar_win_over_the_model(slowdown, probe_a
     assert policy.measured_gain() == pytest.approx(1 / slowdown)
     estimate = policy.cost_estimate()
     assert estimate.planned_depth == 0 and estimate.measured_gain == pytest.approx(1 / slowdown)
+    for _ in range(60):  # however many AR rounds go by, the measurement stands until probes measure again
+        policy.observe(timed(0, T))
+    assert policy.measured_gain() == pytest.approx(1 / slowdown) and policy.cost_estimate().planned_depth == 0
     plans = [policy.next_round() for _ in range(60)]
     probes = [p.depth for p in plans if p.depth]
     # at half speed a round of γ = 8 (9 steps) loses 9 AR steps, more than 2 % of the longest spacing (8)
