@@ -236,7 +236,8 @@ class AdaptiveDepth:
         self._rates: dict[str, tuple[float, float]] = {}  # "ar"/"draft" -> (tokens, seconds), forgetting
         self._rounds_timed: dict[str, int] = {}  # "ar"/"draft" -> rounds measured in all
         self.last_width = 1  # of the last round that drafted
-        self.ar_rounds = 0  # AR rounds since the last probe
+        self.ar_rounds = 0  # steps AR rounds wrote since the last probe (as observed: a stretch may end early)
+        self._lone_before_probe = False  # the lone step before a fork probe was planned
         self.drafting_rounds = 0  # drafting rounds since the last AR check
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.target_load = TargetLoad()  # the target requests in flight across those runs
@@ -409,22 +410,19 @@ class AdaptiveDepth:
                 return RoundPlan(depth, width)
             if not self.costs.slope_known:
                 return RoundPlan(0, probe_tokens=self._probe_tokens())
-            spacing = self.probe_spacing()
-            fork = self._probe_is_a_fork()
-            if self.ar_rounds >= spacing:
-                self.ar_rounds = 0
-                if not fork:
+            if self.ar_rounds >= self.probe_spacing():
+                if not self._probe_is_a_fork():
+                    self.ar_rounds = 0
                     depth, width, _ = self._drafted_probe()
                     return RoundPlan(depth, width)
+                if not self._lone_before_probe:  # a fork probe is measured beside a lone step just before it
+                    self._lone_before_probe = True
+                    return RoundPlan(0)
+                self.ar_rounds, self._lone_before_probe = 0, False
                 return RoundPlan(0, probe_tokens=self._probe_tokens())
-            if fork and self.ar_rounds == spacing - 1:  # a fork probe is measured beside a lone step before it
-                self.ar_rounds += 1
-                return RoundPlan(0)
             # a whole stretch even past the probe's turn (which then comes a little late): cut short, it would
             # pay a request's fixed cost for a few steps, and runs sharing the count would all cut theirs
-            steps, tokens = self._stretch(seconds_left)
-            self.ar_rounds = min(self.ar_rounds + steps, spacing - 1) if fork else self.ar_rounds + steps
-            return RoundPlan(0, stretch_tokens=tokens)
+            return RoundPlan(0, stretch_tokens=self._stretch(seconds_left)[1])
 
     def _probe_tokens(self) -> int:
         step_tokens = self.costs.estimate().step_tokens or PROBE_MIN_TOKENS / PROBE_SHARE
@@ -461,6 +459,9 @@ class AdaptiveDepth:
             self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps,
                                       runs=runs)
         self.costs.observe_draft(record.draft_s, record.draft_tokens, runs)
+        if not record.depth and not record.probe_tokens:
+            with self._lock:
+                self.ar_rounds += record.target_steps  # what it wrote: a stretch ends early at EOS
         if record.index and record.output_tokens and record.wall_s > 0 and not record.probe_tokens:
             kind, other = ("draft", "ar") if record.depth else ("ar", "draft")
             with self._lock:

@@ -267,6 +267,7 @@ def test_policy_runs_ar_when_branches_cost_linear_time_even_at_full_acceptance()
     for _ in range(300):
         plan = policy.next_round()
         assert plan.depth == 0
+        policy.observe(round_record(0, 0, 0, branch_cost=linear, probe=plan.probe_tokens, stretch=plan.stretch_tokens))
         probes += bool(plan.probe_tokens)  # the probes fork the target alone: cheap, and they watch the load
         steps += plan.stretch_tokens // TOKENS or 1  # between probes, AR rounds write several steps at once
     spacing = policy.probe_spacing()
@@ -287,7 +288,11 @@ def test_branches_nearly_linear_rule_drafting_out_before_a_measuring_draft(slope
 def test_while_ar_wins_ar_rounds_write_several_steps_in_one_request():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     _learn(policy, float, rounds=40)  # B(n) = n: AR wins; a step takes 20 tokens × 0.05 s = 1 s
-    plans = [policy.next_round() for _ in range(40)]
+    plans = []
+    for _ in range(40):
+        plans.append(policy.next_round())
+        policy.observe(round_record(0, 0, 0, branch_cost=float, probe=plans[-1].probe_tokens,
+                                    stretch=plans[-1].stretch_tokens))
     stretches = [p.stretch_tokens // TOKENS for p in plans if p.stretch_tokens]
     # as many steps as fit in AR_STRETCH_SECONDS, at most AR_STRETCH_STEPS, and never past the next probe
     assert stretches and max(stretches) == min(AR_STRETCH_STEPS, int(AR_STRETCH_SECONDS / (TOKENS * T)))
@@ -383,8 +388,14 @@ def test_rounds_that_measure_slower_than_ar_win_over_the_model(slowdown, probe_a
     for _ in range(60):  # however many AR rounds go by, the measurement stands until probes measure again
         policy.observe(timed(0, T))
     assert policy.measured_gain() == pytest.approx(1 / slowdown) and policy.cost_estimate().planned_depth == 0
-    plans = [policy.next_round() for _ in range(60)]
-    probes = [p.depth for p in plans if p.depth]
+    probes = []
+    for _ in range(60):
+        plan = policy.next_round()
+        if plan.depth:
+            probes.append(plan.depth)
+            policy.observe(timed(plan.depth, slowdown * T))
+        else:  # AR stretches, which the probes are spaced by
+            policy.observe(round_record(0, 0, 0, branch_cost=free, stretch=plan.stretch_tokens))
     # at half speed a round of γ = 8 (9 steps) loses 9 AR steps, more than 2 % of the longest spacing (8)
     assert probes and all(depth == (planned if probe_at_plan else 1) for depth in probes)
     for _ in range(30):
