@@ -32,10 +32,15 @@ so its spacing, in AR steps, counts them all.
 The model can miss costs (a client that runs out of CPU under load, a server that is
 sublinear where the fit is linear), so the rounds themselves are the last word: when the
 rounds that drafted advanced measurably slower (tokens per second) than AR rounds, it
-runs AR whatever the model says. That measurement ages as AR rounds go by, so that the next
-drafted probe outweighs it: the probes measure drafting again. (It used to expire after a
-few tens of rounds, and then every run drafted until two drafting rounds were timed: under
-64 runs, a burst of drafting rounds on a client already out of CPU.) Its drafted probes run the γ and W
+runs AR whatever the model says. While AR runs, drafting is measured by the drafted probes
+alone, each a spacing of AR steps after the last: a probe renews the drafting rate, with what
+drafting measured before the AR steps counting at most `STALE_WEIGHT` of the probe's own time
+(a probe outweighs what came before it, yet one noisy probe cannot undo a clear verdict alone).
+Merely aging the old rate as AR rounds go by was not enough: a rate measured over tens of
+drafting rounds under load kept its weight through several probes, and `lookahead serve` stayed
+at AR for 200 requests after the load had gone (CI, 7bb4c03). (It used to expire after a few
+tens of rounds, and then every run drafted until two drafting rounds were timed: under 64 runs,
+a burst of drafting rounds on a client already out of CPU.) Its drafted probes run the γ and W
 the model would run: a γ = 1 round can lose to AR stretches where a deeper one wins, and
 probing at γ = 1 would then keep the rates saying AR.
 
@@ -57,7 +62,11 @@ and where runs share the count, all of their stretches near the turn would be cu
 Stretches are timed like any target request (their time per token, not their length
 as a step's): they keep the fit current between probes, and their lengths, unlike
 steps of one typical length, tell a request's fixed cost apart from its time per token.
-The AR round just before each fork probe writes a lone step.
+The AR round just before each fork probe writes a lone step. A run's first round is never a
+probe: it is not timed (its request prefills the prompt), so where a probe is due it writes a
+lone step and the probe comes in the run's next round. (Drafted probes used to land there: each
+request of `lookahead serve` is a stretch to its end, so the probe's turn came at a request's
+first round, and almost none of them was measured.)
 
 With `--width W` > 1 it also picks the width, 1 to W. It learns the per-position
 acceptance of each width it runs; a width it has not run gets its α from the width it
@@ -94,7 +103,8 @@ STRETCH_OVERHEAD = 0.02  # ...but more steps where a request's fixed cost would 
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than AR rounds: run AR
-STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement of AR or drafting rounds ages
+STALE_FORGET = 0.98  # per drafting round (of each run): what AR rounds measured ages
+STALE_WEIGHT = 0.5  # a drafted probe after AR steps: what drafting measured before counts this much of its time
 
 
 def _spacing(loss: float) -> int:
@@ -185,7 +195,7 @@ class DepthPolicy(Protocol):
 
     def run_finished(self) -> None: ...
 
-    def next_round(self, seconds_left: float | None = None) -> RoundPlan: ...
+    def next_round(self, seconds_left: float | None = None, first: bool = False) -> RoundPlan: ...
 
     def peek_round(self) -> RoundPlan: ...
 
@@ -206,7 +216,7 @@ class FixedDepth:
     def run_finished(self) -> None:
         pass
 
-    def next_round(self, seconds_left: float | None = None) -> RoundPlan:
+    def next_round(self, seconds_left: float | None = None, first: bool = False) -> RoundPlan:
         return RoundPlan(self.depth, self.width)
 
     def peek_round(self) -> RoundPlan:
@@ -237,6 +247,7 @@ class AdaptiveDepth:
         self._rounds_timed: dict[str, int] = {}  # "ar"/"draft" -> rounds measured in all
         self.last_width = 1  # of the last round that drafted
         self.ar_rounds = 0  # steps AR rounds wrote since the last probe (as observed: a stretch may end early)
+        self._ar_steps_since_draft = 0  # steps AR rounds wrote since the last drafting round was observed
         self._lone_before_probe = False  # the lone step before a fork probe was planned
         self.drafting_rounds = 0  # drafting rounds since the last AR check
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
@@ -397,8 +408,10 @@ class AdaptiveDepth:
         PROBE_BUDGET: an AR round where drafting would advance `speedup` times as fast."""
         return _spacing(1.0 - 1.0 / speedup if speedup > 1.0 else 0.0)
 
-    def next_round(self, seconds_left: float | None = None) -> RoundPlan:
-        """The next round; `seconds_left` (a deadline) caps an AR stretch to what fits at the measured speed."""
+    def next_round(self, seconds_left: float | None = None, first: bool = False) -> RoundPlan:
+        """The next round; `seconds_left` (a deadline) caps an AR stretch to what fits at the measured speed.
+        `first`: a run's first round, which is not timed (its request prefills the prompt), so never a probe:
+        where one is due, it writes a lone step and the probe comes in the next round."""
         with self._lock:
             depth, width, speedup = self._plan()
             if depth and not math.isnan(speedup):
@@ -409,8 +422,10 @@ class AdaptiveDepth:
             if depth or self.costs.target_alone_unknown:
                 return RoundPlan(depth, width)
             if not self.costs.slope_known:
-                return RoundPlan(0, probe_tokens=self._probe_tokens())
+                return RoundPlan(0) if first else RoundPlan(0, probe_tokens=self._probe_tokens())
             if self.ar_rounds >= self.probe_spacing():
+                if first:
+                    return RoundPlan(0)
                 if not self._probe_is_a_fork():
                     self.ar_rounds = 0
                     depth, width, _ = self._drafted_probe()
@@ -459,20 +474,17 @@ class AdaptiveDepth:
             self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps,
                                       runs=runs)
         self.costs.observe_draft(record.draft_s, record.draft_tokens, runs)
-        if not record.depth and not record.probe_tokens:
+        if not record.depth:
             with self._lock:
-                self.ar_rounds += record.target_steps  # what it wrote: a stretch ends early at EOS
+                self._ar_steps_since_draft += record.target_steps
+                if not record.probe_tokens:
+                    self.ar_rounds += record.target_steps  # what it wrote: a stretch ends early at EOS
         if record.index and record.output_tokens and record.wall_s > 0 and not record.probe_tokens:
-            kind, other = ("draft", "ar") if record.depth else ("ar", "draft")
             with self._lock:
-                tokens, seconds = self._rates.get(kind, (0.0, 0.0))
-                self._rates[kind] = (forget * tokens + record.output_tokens, forget * seconds + record.wall_s)
-                self._rounds_timed[kind] = self._rounds_timed.get(kind, 0) + 1
-                # what the other kind measured grows stale: its rate stands, but the next round of that kind
-                # (a probe) outweighs it
-                if other in self._rates:
-                    stale = per_run(STALE_FORGET, runs)
-                    self._rates[other] = tuple(stale * value for value in self._rates[other])
+                self._time_rate("draft" if record.depth else "ar", record, forget, runs)
+        if record.depth:
+            with self._lock:
+                self._ar_steps_since_draft = 0
         if record.judged:
             pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)
             self.costs.observe_judge(pairs, record.judge_s, runs)
@@ -483,6 +495,22 @@ class AdaptiveDepth:
             self._tallies[record.width] = (forget * accepted + record.accepted,
                                            forget * rejected + (record.positions - record.accepted))
             self.last_width = record.width
+
+    def _time_rate(self, kind: str, record: RoundRecord, forget: float, runs: float) -> None:
+        """Add a timed round to the measured rate of its kind ("ar" or "draft"); called under the lock."""
+        tokens, seconds = self._rates.get(kind, (0.0, 0.0))
+        if kind == "draft" and self._ar_steps_since_draft >= PROBE_SPACING[0]:
+            # a drafted probe after AR steps: what drafting measured before them was at another time (maybe
+            # another load), and counts at most STALE_WEIGHT of the probe's own time
+            weight = min(forget, STALE_WEIGHT * record.wall_s / seconds) if seconds > 0 else forget
+        else:
+            weight = forget
+        self._rates[kind] = (weight * tokens + record.output_tokens, weight * seconds + record.wall_s)
+        self._rounds_timed[kind] = self._rounds_timed.get(kind, 0) + 1
+        if kind == "draft" and "ar" in self._rates:
+            # what AR rounds measured ages while drafting runs, so that the next AR round (a check) weighs more
+            stale = per_run(STALE_FORGET, runs)
+            self._rates["ar"] = tuple(stale * value for value in self._rates["ar"])
 
     def cost_estimate(self) -> CostEstimate | None:
         estimate = self.costs.estimate(self._concurrency())

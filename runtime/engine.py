@@ -173,7 +173,7 @@ class Engine:
         """The next round's plan; once drafting was turned off, AR rounds of one step."""
         if not run.drafting:
             return RoundPlan(0)
-        return policy.next_round(None if self.deadline is None else self.deadline - time.monotonic())
+        return policy.next_round(None if self.deadline is None else self.deadline - time.monotonic(), first=not run.log)
 
     def _ar_stretch(self, run: _Run, tokens: int, started: float) -> RoundRecord:
         """An AR round that writes several steps in one request, as the target alone would (depth.py)."""

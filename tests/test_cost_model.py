@@ -403,6 +403,64 @@ def test_rounds_that_measure_slower_than_ar_win_over_the_model(slowdown, probe_a
     assert policy.cost_estimate().planned_depth >= 3
 
 
+def test_after_many_slow_drafting_rounds_one_fast_probe_renews_the_measured_rate():
+    """Tens of drafting rounds that measured slow (under load) must not keep the policy at AR through probe
+    after probe once drafting is fast again: a drafted probe outweighs what drafting measured before the AR
+    steps (CI at 7bb4c03: `lookahead serve` stayed at AR for 200 requests after the load had gone)."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    free = lambda n: 1.0  # noqa: E731
+    _learn(policy, free)
+
+    def timed(depth, seconds_per_token):
+        tokens = TOKENS * (depth + 1)
+        return round_record(depth, depth, depth, branch_cost=free).model_copy(
+            update={"output_tokens": tokens, "wall_s": tokens * seconds_per_token})
+
+    for _ in range(40):
+        policy.observe(timed(0, T))
+        policy.observe(timed(3, 3 * T))
+    assert policy.cost_estimate().planned_depth == 0
+    probes = 0
+    for _ in range(400):
+        plan = policy.next_round()
+        if not plan.depth:  # AR stretches, which the probes are spaced by
+            policy.observe(round_record(0, 0, 0, branch_cost=free, stretch=plan.stretch_tokens))
+            continue
+        probes += 1
+        policy.observe(timed(plan.depth, T / 1.5))  # the load is gone: drafting is fast again
+        if policy.cost_estimate().planned_depth:
+            break
+    assert policy.cost_estimate().planned_depth >= 1 and probes == 1
+    # one probe that reads no faster than AR does not undo a clear verdict on its own
+    for _ in range(40):
+        policy.observe(timed(0, T))
+        policy.observe(timed(3, 3 * T))
+    for _ in range(3 * AR_STRETCH_STEPS):
+        policy.observe(round_record(0, 0, 0, branch_cost=free))
+    policy.observe(timed(1, T))
+    assert policy.cost_estimate().planned_depth == 0
+
+
+@pytest.mark.parametrize("fork_probe", [True, False])
+def test_a_runs_first_round_is_never_a_probe(fork_probe):
+    """A run's first round is not timed (it prefills the prompt): a probe due there comes in the next round,
+    after a lone step (requests that each are one AR stretch met every drafted probe at a first round)."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    branch_cost = float if fork_probe else (lambda n: 1.0 + 0.6 * (n - 1))  # drafted probes: branches could pay
+    _learn(policy, branch_cost, accept_all=False, rounds=60)
+    assert policy._probe_is_a_fork() == fork_probe
+    for _ in range(50):  # AR rounds until a probe is due
+        plan = policy.next_round()
+        if plan.probe_tokens or plan.depth:
+            break
+        policy.observe(round_record(0, 0, 0, branch_cost=branch_cost, stretch=plan.stretch_tokens))
+    assert plan.probe_tokens or plan.depth
+    policy.ar_rounds = policy.probe_spacing()  # the probe is due again, and the next round is a run's first
+    assert policy.next_round(first=True) == RoundPlan(0)  # a lone step
+    plans = [policy.next_round() for _ in range(2)]
+    assert any(p.probe_tokens or p.depth for p in plans)  # then the probe (a fork probe after its lone step)
+
+
 def test_policy_drafts_deep_when_branches_are_free():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     free = lambda n: 1.0  # noqa: E731  an idle GPU
