@@ -362,6 +362,14 @@ def test_a_width_never_run_gets_its_alpha_as_if_candidates_were_independent():
     assert policy.alpha_at(4) == pytest.approx(1 - (1 - alpha_1) ** 4)
 
 
+def _timed(depth, seconds_per_token):
+    """A round of γ = depth on free branches, every draft accepted, that wrote its tokens at `seconds_per_token`
+    (what the measured rates of drafting and AR rounds see)."""
+    tokens = TOKENS * (depth + 1)
+    return round_record(depth, depth, depth, branch_cost=lambda n: 1.0).model_copy(
+        update={"output_tokens": tokens, "wall_s": tokens * seconds_per_token})
+
+
 @pytest.mark.parametrize("slowdown, probe_at_plan", [(2.0, False), (1.1, True)])
 def test_rounds_that_measure_slower_than_ar_win_over_the_model(slowdown, probe_at_plan):
     """The model says drafting pays (free branches), but the drafting rounds advance `slowdown` times slower
@@ -374,32 +382,27 @@ def test_rounds_that_measure_slower_than_ar_win_over_the_model(slowdown, probe_a
     planned = policy.cost_estimate().planned_depth
     assert planned >= 3 and policy.measured_gain() is None
 
-    def timed(depth, seconds_per_token):
-        tokens = TOKENS * (depth + 1)
-        return round_record(depth, depth, depth, branch_cost=free).model_copy(
-            update={"output_tokens": tokens, "wall_s": tokens * seconds_per_token})
-
     for _ in range(3):
-        policy.observe(timed(0, T))
-        policy.observe(timed(3, slowdown * T))
+        policy.observe(_timed(0, T))
+        policy.observe(_timed(3, slowdown * T))
     assert policy.measured_gain() == pytest.approx(1 / slowdown)
     estimate = policy.cost_estimate()
     assert estimate.planned_depth == 0 and estimate.measured_gain == pytest.approx(1 / slowdown)
     for _ in range(60):  # however many AR rounds go by, the measurement stands until probes measure again
-        policy.observe(timed(0, T))
+        policy.observe(_timed(0, T))
     assert policy.measured_gain() == pytest.approx(1 / slowdown) and policy.cost_estimate().planned_depth == 0
     probes = []
     for _ in range(60):
         plan = policy.next_round()
         if plan.depth:
             probes.append(plan.depth)
-            policy.observe(timed(plan.depth, slowdown * T))
+            policy.observe(_timed(plan.depth, slowdown * T))
         else:  # AR stretches, which the probes are spaced by
             policy.observe(round_record(0, 0, 0, branch_cost=free, stretch=plan.stretch_tokens))
     # at half speed a round of γ = 8 (9 steps) loses 9 AR steps, more than 2 % of the longest spacing (8)
     assert probes and all(depth == (planned if probe_at_plan else 1) for depth in probes)
     for _ in range(30):
-        policy.observe(timed(1, T / 1.5))  # the load is gone: drafting rounds are fast again
+        policy.observe(_timed(1, T / 1.5))  # the load is gone: drafting rounds are fast again
     assert policy.cost_estimate().planned_depth >= 3
 
 
@@ -411,14 +414,9 @@ def test_after_many_slow_drafting_rounds_one_fast_probe_renews_the_measured_rate
     free = lambda n: 1.0  # noqa: E731
     _learn(policy, free)
 
-    def timed(depth, seconds_per_token):
-        tokens = TOKENS * (depth + 1)
-        return round_record(depth, depth, depth, branch_cost=free).model_copy(
-            update={"output_tokens": tokens, "wall_s": tokens * seconds_per_token})
-
     for _ in range(40):
-        policy.observe(timed(0, T))
-        policy.observe(timed(3, 3 * T))
+        policy.observe(_timed(0, T))
+        policy.observe(_timed(3, 3 * T))
     assert policy.cost_estimate().planned_depth == 0
     probes = 0
     for _ in range(400):
@@ -427,17 +425,17 @@ def test_after_many_slow_drafting_rounds_one_fast_probe_renews_the_measured_rate
             policy.observe(round_record(0, 0, 0, branch_cost=free, stretch=plan.stretch_tokens))
             continue
         probes += 1
-        policy.observe(timed(plan.depth, T / 1.5))  # the load is gone: drafting is fast again
+        policy.observe(_timed(plan.depth, T / 1.5))  # the load is gone: drafting is fast again
         if policy.cost_estimate().planned_depth:
             break
     assert policy.cost_estimate().planned_depth >= 1 and probes == 1
     # one probe that reads no faster than AR does not undo a clear verdict on its own
     for _ in range(40):
-        policy.observe(timed(0, T))
-        policy.observe(timed(3, 3 * T))
+        policy.observe(_timed(0, T))
+        policy.observe(_timed(3, 3 * T))
     for _ in range(3 * AR_STRETCH_STEPS):
         policy.observe(round_record(0, 0, 0, branch_cost=free))
-    policy.observe(timed(1, T))
+    policy.observe(_timed(1, T))
     assert policy.cost_estimate().planned_depth == 0
 
 
