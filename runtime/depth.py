@@ -32,15 +32,18 @@ so its spacing, in AR steps, counts them all.
 The model can miss costs (a client that runs out of CPU under load, a server that is
 sublinear where the fit is linear), so the rounds themselves are the last word: when the
 rounds that drafted advanced measurably slower (tokens per second) than AR rounds, it
-runs AR whatever the model says. While AR runs, drafting is measured by the drafted probes
-alone, each a spacing of AR steps after the last: a probe renews the drafting rate, with what
-drafting measured before the AR steps counting at most `STALE_WEIGHT` of the probe's own time
-(a probe outweighs what came before it, yet one noisy probe cannot undo a clear verdict alone).
-Merely aging the old rate as AR rounds go by was not enough: a rate measured over tens of
-drafting rounds under load kept its weight through several probes, and `lookahead serve` stayed
-at AR for 200 requests after the load had gone (CI, 7bb4c03). (It used to expire after a few
-tens of rounds, and then every run drafted until two drafting rounds were timed: under 64 runs,
-a burst of drafting rounds on a client already out of CPU.) Its drafted probes run the γ and W
+runs AR whatever the model says. Each kind's measurement ages as rounds of the other kind go by
+(`STALE_FORGET` per round of each run), so that the next round of that kind weighs more. While
+AR runs, drafting is measured by the drafted probes alone. A probe of a run alone (no other run
+shares the policy) after AR rounds renews the drafting rate: what it held counts at most
+`STALE_WEIGHT` of the probe's own time. Aging alone let tens of drafting rounds measured under
+load outweigh probe after probe, and `lookahead serve` stayed at AR for 200 requests after the
+load had gone (CI at 7bb4c03). With other runs in flight a probe is a lone drafted round among
+runs at AR, which gets more than its share of the server and the client and reads fast: it adds
+to the rate like any round (letting it renew the rate made 16 runs draft together after every
+probe, slope 0 × 16 sync: 0.31× AR). (The measurement used to
+expire after a few tens of rounds, and then every run drafted until two drafting rounds were
+timed: under 64 runs, a burst of drafting rounds on a client already out of CPU.) Its drafted probes run the γ and W
 the model would run: a γ = 1 round can lose to AR stretches where a deeper one wins, and
 probing at γ = 1 would then keep the rates saying AR.
 
@@ -103,8 +106,9 @@ STRETCH_OVERHEAD = 0.02  # ...but more steps where a request's fixed cost would 
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than AR rounds: run AR
-STALE_FORGET = 0.98  # per drafting round (of each run): what AR rounds measured ages
-STALE_WEIGHT = 0.5  # a drafted probe after AR steps: what drafting measured before counts this much of its time
+STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement of AR or drafting rounds ages
+STALE_RENEW = 0.9  # one run alone: a drafting rate aged below this is renewed by the next drafting round...
+STALE_WEIGHT = 0.5  # ...where what it held counts at most this share of that round's own time
 
 
 def _spacing(loss: float) -> int:
@@ -247,7 +251,7 @@ class AdaptiveDepth:
         self._rounds_timed: dict[str, int] = {}  # "ar"/"draft" -> rounds measured in all
         self.last_width = 1  # of the last round that drafted
         self.ar_rounds = 0  # steps AR rounds wrote since the last probe (as observed: a stretch may end early)
-        self._ar_steps_since_draft = 0  # steps AR rounds wrote since the last drafting round was observed
+        self._freshness = {"ar": 1.0, "draft": 1.0}  # how much each kind's measured rate has aged (1: just measured)
         self._lone_before_probe = False  # the lone step before a fork probe was planned
         self.drafting_rounds = 0  # drafting rounds since the last AR check
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
@@ -474,17 +478,12 @@ class AdaptiveDepth:
             self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps,
                                       runs=runs)
         self.costs.observe_draft(record.draft_s, record.draft_tokens, runs)
-        if not record.depth:
+        if not record.depth and not record.probe_tokens:
             with self._lock:
-                self._ar_steps_since_draft += record.target_steps
-                if not record.probe_tokens:
-                    self.ar_rounds += record.target_steps  # what it wrote: a stretch ends early at EOS
+                self.ar_rounds += record.target_steps  # what it wrote: a stretch ends early at EOS
         if record.index and record.output_tokens and record.wall_s > 0 and not record.probe_tokens:
             with self._lock:
                 self._time_rate("draft" if record.depth else "ar", record, forget, runs)
-        if record.depth:
-            with self._lock:
-                self._ar_steps_since_draft = 0
         if record.judged:
             pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)
             self.costs.observe_judge(pairs, record.judge_s, runs)
@@ -498,19 +497,21 @@ class AdaptiveDepth:
 
     def _time_rate(self, kind: str, record: RoundRecord, forget: float, runs: float) -> None:
         """Add a timed round to the measured rate of its kind ("ar" or "draft"); called under the lock."""
+        other = "ar" if kind == "draft" else "draft"
         tokens, seconds = self._rates.get(kind, (0.0, 0.0))
-        if kind == "draft" and self._ar_steps_since_draft >= PROBE_SPACING[0]:
-            # a drafted probe after AR steps: what drafting measured before them was at another time (maybe
-            # another load), and counts at most STALE_WEIGHT of the probe's own time
-            weight = min(forget, STALE_WEIGHT * record.wall_s / seconds) if seconds > 0 else forget
-        else:
-            weight = forget
+        weight = forget
+        if kind == "draft" and runs <= 1 and self._freshness["draft"] < STALE_RENEW and seconds > 0:
+            # a run's drafted probe after AR rounds: what drafting measured before was at another time (maybe
+            # under another load)
+            weight = min(forget, STALE_WEIGHT * record.wall_s / seconds)
         self._rates[kind] = (weight * tokens + record.output_tokens, weight * seconds + record.wall_s)
         self._rounds_timed[kind] = self._rounds_timed.get(kind, 0) + 1
-        if kind == "draft" and "ar" in self._rates:
-            # what AR rounds measured ages while drafting runs, so that the next AR round (a check) weighs more
+        self._freshness[kind] = 1.0
+        if other in self._rates:
+            # what the other kind measured grows stale: its rate stands, but the next round of that kind weighs more
             stale = per_run(STALE_FORGET, runs)
-            self._rates["ar"] = tuple(stale * value for value in self._rates["ar"])
+            self._rates[other] = tuple(stale * value for value in self._rates[other])
+            self._freshness[other] *= stale
 
     def cost_estimate(self) -> CostEstimate | None:
         estimate = self.costs.estimate(self._concurrency())

@@ -362,11 +362,11 @@ def test_a_width_never_run_gets_its_alpha_as_if_candidates_were_independent():
     assert policy.alpha_at(4) == pytest.approx(1 - (1 - alpha_1) ** 4)
 
 
-def _timed(depth, seconds_per_token):
-    """A round of γ = depth on free branches, every draft accepted, that wrote its tokens at `seconds_per_token`
-    (what the measured rates of drafting and AR rounds see)."""
-    tokens = TOKENS * (depth + 1)
-    return round_record(depth, depth, depth, branch_cost=lambda n: 1.0).model_copy(
+def _timed(depth, seconds_per_token, stretch=0):
+    """A round of γ = depth on free branches, every draft accepted (or an AR stretch of `stretch` tokens), that
+    wrote its tokens at `seconds_per_token` (what the measured rates of drafting and AR rounds see)."""
+    tokens = stretch or TOKENS * (depth + 1)
+    return round_record(depth, depth, depth, branch_cost=lambda n: 1.0, stretch=stretch).model_copy(
         update={"output_tokens": tokens, "wall_s": tokens * seconds_per_token})
 
 
@@ -406,36 +406,53 @@ def test_rounds_that_measure_slower_than_ar_win_over_the_model(slowdown, probe_a
     assert policy.cost_estimate().planned_depth >= 3
 
 
-def test_after_many_slow_drafting_rounds_one_fast_probe_renews_the_measured_rate():
-    """Tens of drafting rounds that measured slow (under load) must not keep the policy at AR through probe
-    after probe once drafting is fast again: a drafted probe outweighs what drafting measured before the AR
-    steps (CI at 7bb4c03: `lookahead serve` stayed at AR for 200 requests after the load had gone)."""
-    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
-    free = lambda n: 1.0  # noqa: E731
-    _learn(policy, free)
-
+def _slow_drafting_verdict(policy):
+    """Free branches learned, then tens of drafting rounds measured 3× slower than AR rounds: AR."""
+    _learn(policy, lambda n: 1.0)
     for _ in range(40):
         policy.observe(_timed(0, T))
         policy.observe(_timed(3, 3 * T))
     assert policy.cost_estimate().planned_depth == 0
+
+
+def test_after_slow_drafting_rounds_one_fast_probe_of_a_run_alone_renews_the_measured_rate():
+    """Tens of drafting rounds that measured slow (under load) must not keep one run at AR through probe after
+    probe once drafting is fast again: a drafted probe after AR rounds outweighs them (CI at 7bb4c03:
+    `lookahead serve` stayed at AR for 200 requests after the load had gone)."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    _slow_drafting_verdict(policy)
     probes = 0
     for _ in range(400):
         plan = policy.next_round()
         if not plan.depth:  # AR stretches, which the probes are spaced by
-            policy.observe(round_record(0, 0, 0, branch_cost=free, stretch=plan.stretch_tokens))
+            policy.observe(_timed(0, T, stretch=plan.stretch_tokens))
             continue
         probes += 1
         policy.observe(_timed(plan.depth, T / 1.5))  # the load is gone: drafting is fast again
         if policy.cost_estimate().planned_depth:
             break
     assert policy.cost_estimate().planned_depth >= 1 and probes == 1
+
     # one probe that reads no faster than AR does not undo a clear verdict on its own
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    _slow_drafting_verdict(policy)
     for _ in range(40):
-        policy.observe(_timed(0, T))
-        policy.observe(_timed(3, 3 * T))
-    for _ in range(3 * AR_STRETCH_STEPS):
-        policy.observe(round_record(0, 0, 0, branch_cost=free))
+        policy.observe(_timed(0, T, stretch=AR_STRETCH_STEPS * TOKENS))
     policy.observe(_timed(1, T))
+    assert policy.cost_estimate().planned_depth == 0
+
+
+def test_with_other_runs_in_flight_a_probe_adds_to_the_drafting_rate():
+    """A probe among 16 runs at AR is a lone drafted round, which gets more than its share of the server and
+    reads fast: it adds to the rate like any round (letting it renew the rate made all 16 runs draft after
+    each probe, 0.31× AR)."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    _slow_drafting_verdict(policy)
+    for _ in range(16):
+        policy.run_started()
+    for _ in range(3 * 16):  # three AR stretches of each run
+        policy.observe(_timed(0, T, stretch=AR_STRETCH_STEPS * TOKENS))
+    policy.observe(_timed(3, T / 1.5))
     assert policy.cost_estimate().planned_depth == 0
 
 
