@@ -251,7 +251,7 @@ class AdaptiveDepth:
         self._rounds_timed: dict[str, int] = {}  # "ar"/"draft" -> rounds measured in all
         self.last_width = 1  # of the last round that drafted
         self.ar_rounds = 0  # steps AR rounds wrote since the last probe (as observed: a stretch may end early)
-        self._freshness = {"ar": 1.0, "draft": 1.0}  # how much each kind's measured rate has aged (1: just measured)
+        self._draft_freshness = 1.0  # how much the measured drafting rate has aged since its last round (1: none)
         self._lone_before_probe = False  # the lone step before a fork probe was planned
         self.drafting_rounds = 0  # drafting rounds since the last AR check
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
@@ -500,18 +500,17 @@ class AdaptiveDepth:
         other = "ar" if kind == "draft" else "draft"
         tokens, seconds = self._rates.get(kind, (0.0, 0.0))
         weight = forget
-        if kind == "draft" and runs <= 1 and self._freshness["draft"] < STALE_RENEW and seconds > 0:
+        if kind == "draft" and runs <= 1 and self._draft_freshness < STALE_RENEW and seconds > 0:
             # a run's drafted probe after AR rounds: what drafting measured before was at another time (maybe
             # under another load)
             weight = min(forget, STALE_WEIGHT * record.wall_s / seconds)
         self._rates[kind] = (weight * tokens + record.output_tokens, weight * seconds + record.wall_s)
         self._rounds_timed[kind] = self._rounds_timed.get(kind, 0) + 1
-        self._freshness[kind] = 1.0
         if other in self._rates:
             # what the other kind measured grows stale: its rate stands, but the next round of that kind weighs more
             stale = per_run(STALE_FORGET, runs)
             self._rates[other] = tuple(stale * value for value in self._rates[other])
-            self._freshness[other] *= stale
+        self._draft_freshness = 1.0 if kind == "draft" else self._draft_freshness * per_run(STALE_FORGET, runs)
 
     def cost_estimate(self) -> CostEstimate | None:
         estimate = self.costs.estimate(self._concurrency())
