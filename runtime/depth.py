@@ -425,11 +425,12 @@ class AdaptiveDepth:
                     return RoundPlan(0)  # an AR check
             if depth or self.costs.target_alone_unknown:
                 return RoundPlan(depth, width)
+            probe_due = not self.costs.slope_known or self.ar_rounds >= self.probe_spacing()
+            if first and probe_due:
+                return RoundPlan(0)  # not timed: the probe comes in the run's next round
             if not self.costs.slope_known:
-                return RoundPlan(0) if first else RoundPlan(0, probe_tokens=self._probe_tokens())
-            if self.ar_rounds >= self.probe_spacing():
-                if first:
-                    return RoundPlan(0)
+                return RoundPlan(0, probe_tokens=self._probe_tokens())
+            if probe_due:
                 if not self._probe_is_a_fork():
                     self.ar_rounds = 0
                     depth, width, _ = self._drafted_probe()
@@ -506,11 +507,11 @@ class AdaptiveDepth:
             weight = min(forget, STALE_WEIGHT * record.wall_s / seconds)
         self._rates[kind] = (weight * tokens + record.output_tokens, weight * seconds + record.wall_s)
         self._rounds_timed[kind] = self._rounds_timed.get(kind, 0) + 1
+        # what the other kind measured grows stale: its rate stands, but the next round of that kind weighs more
+        stale = per_run(STALE_FORGET, runs)
         if other in self._rates:
-            # what the other kind measured grows stale: its rate stands, but the next round of that kind weighs more
-            stale = per_run(STALE_FORGET, runs)
             self._rates[other] = tuple(stale * value for value in self._rates[other])
-        self._draft_freshness = 1.0 if kind == "draft" else self._draft_freshness * per_run(STALE_FORGET, runs)
+        self._draft_freshness = 1.0 if kind == "draft" else self._draft_freshness * stale
 
     def cost_estimate(self) -> CostEstimate | None:
         estimate = self.costs.estimate(self._concurrency())

@@ -57,7 +57,7 @@ def test_serve_backs_off_under_load_and_drafts_again_when_it_falls(sim_servers):
             _set_slope(sims, 0.0)  # the load is gone: the probes see it, and the requests draft again
             # the probes are spaced to cost 2 %, and the slow fit keeps the loaded requests (far out in load, so
             # they weigh on the slope long after they fade): seeing the load gone takes a while (30-126 requests
-            # in 5 runs; with a run's first round never a probe)
+            # in 8 runs; with a run's first round never a probe)
             for _ in range(400):
                 _ask(frontend.url)
                 if policy.cost_estimate().planned_depth >= 1:
