@@ -47,6 +47,15 @@ timed: under 64 runs, a burst of drafting rounds on a client already out of CPU.
 the model would run: a γ = 1 round can lose to AR stretches where a deeper one wins, and
 probing at γ = 1 would then keep the rates saying AR.
 
+Drafting is rationed across the runs that share the policy: at most `draft_slots` of them are in a
+drafting round at once, and a run whose plan would draft beyond that writes an AR stretch instead.
+It starts at one run; each timed drafting round doubles it (up to every run) while the measured
+rates say drafting is at least as fast as AR (`GAIN_TO_WIDEN`), and halves it when they say drafting
+loses. Without it, whenever the plan turned to drafting (the cold start's round that measures the
+draft, the first plans after it), every run in flight drafted at once, deep, before one drafting
+round was timed: 0.37× AR at slope 0 × 16 sync on a client out of CPU. The share grows step by step
+because a few runs drafting among runs at AR read faster than all of them drafting would.
+
 While drafting wins, an AR round now and then (an AR check, spaced like the probes)
 keeps the target's time alone measured: with every round at one γ, the slope would not
 be identifiable (every fork at one width fits any split of its time between t₁ and the
@@ -109,6 +118,7 @@ LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than 
 STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement of AR or drafting rounds ages
 STALE_RENEW = 0.9  # one run alone: a drafting rate aged below this is renewed by the next drafting round...
 STALE_WEIGHT = 0.5  # ...where what it held counts at most this share of that round's own time
+GAIN_TO_WIDEN = 1.0  # drafting rounds measured at least this fast against AR rounds: twice the runs may draft at once
 
 
 def _spacing(loss: float) -> int:
@@ -255,6 +265,8 @@ class AdaptiveDepth:
         self._lone_before_probe = False  # the lone step before a fork probe was planned
         self.drafting_rounds = 0  # drafting rounds since the last AR check
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
+        self.draft_slots = 1  # how many of those may be in a drafting round at once (rationing, see the docstring)
+        self._drafting: set[int] = set()  # the threads of the runs whose round in flight drafts
         self.target_load = TargetLoad()  # the target requests in flight across those runs
         # draft once (γ = 1) even when the branches alone rule lookahead out, to measure c, j and α for a
         # report (`lookahead demo`); runs that only want the answer fast leave this off
@@ -267,6 +279,7 @@ class AdaptiveDepth:
     def run_finished(self) -> None:
         with self._lock:
             self.active_runs = max(0, self.active_runs - 1)
+            self._drafting.discard(threading.get_ident())
 
     def _concurrency(self) -> int:
         return max(1, self.active_runs)
@@ -415,34 +428,48 @@ class AdaptiveDepth:
     def next_round(self, seconds_left: float | None = None, first: bool = False) -> RoundPlan:
         """The next round; `seconds_left` (a deadline) caps an AR stretch to what fits at the measured speed.
         `first`: a run's first round, which is not timed (its request prefills the prompt), so never a probe:
-        where one is due, it writes a lone step and the probe comes in the next round."""
+        where one is due, it writes a lone step and the probe comes in the next round. A run's rounds are
+        planned from its own thread (the engines run a run in the caller's thread), which tells the runs
+        apart for rationing: a drafting plan beyond `draft_slots` runs drafting at once is a lone AR step."""
         with self._lock:
-            depth, width, speedup = self._plan()
-            if depth and not math.isnan(speedup):
-                self.drafting_rounds += 1
-                if self.drafting_rounds > self.check_spacing(speedup):
-                    self.drafting_rounds = 0
-                    return RoundPlan(0)  # an AR check
-            if depth or self.costs.target_alone_unknown:
+            me = threading.get_ident()
+            self._drafting.discard(me)
+            plan = self._next_round(seconds_left, first)
+            if plan.depth and len(self._drafting) >= self.draft_slots:
+                # others are drafting, and theirs measure it: this run writes a stretch, as AR would
+                return RoundPlan(0, stretch_tokens=self._stretch(seconds_left)[1])
+            if plan.depth:
+                self._drafting.add(me)
+            return plan
+
+    def _next_round(self, seconds_left: float | None, first: bool) -> RoundPlan:
+        """next_round before rationing; called under the lock."""
+        depth, width, speedup = self._plan()
+        if depth and not math.isnan(speedup):
+            self.drafting_rounds += 1
+            if self.drafting_rounds > self.check_spacing(speedup):
+                self.drafting_rounds = 0
+                return RoundPlan(0)  # an AR check
+        if depth or self.costs.target_alone_unknown:
+            return RoundPlan(depth, width)
+        probe_due = not self.costs.slope_known or self.ar_rounds >= self.probe_spacing()
+        if first and probe_due:
+            return RoundPlan(0)  # not timed: the probe comes in the run's next round
+        if not self.costs.slope_known:
+            return RoundPlan(0, probe_tokens=self._probe_tokens())
+        if probe_due:
+            if not self._probe_is_a_fork():
+                self.ar_rounds = 0
+                depth, width, _ = self._drafted_probe()
                 return RoundPlan(depth, width)
-            probe_due = not self.costs.slope_known or self.ar_rounds >= self.probe_spacing()
-            if first and probe_due:
-                return RoundPlan(0)  # not timed: the probe comes in the run's next round
-            if not self.costs.slope_known:
-                return RoundPlan(0, probe_tokens=self._probe_tokens())
-            if probe_due:
-                if not self._probe_is_a_fork():
-                    self.ar_rounds = 0
-                    depth, width, _ = self._drafted_probe()
-                    return RoundPlan(depth, width)
-                if not self._lone_before_probe:  # a fork probe is measured beside a lone step just before it
-                    self._lone_before_probe = True
-                    return RoundPlan(0)
-                self.ar_rounds, self._lone_before_probe = 0, False
-                return RoundPlan(0, probe_tokens=self._probe_tokens())
-            # a whole stretch even past the probe's turn (which then comes a little late): cut short, it would
-            # pay a request's fixed cost for a few steps, and runs sharing the count would all cut theirs
-            return RoundPlan(0, stretch_tokens=self._stretch(seconds_left)[1])
+            if not self._lone_before_probe:  # a fork probe is measured beside a lone step just before it
+                self._lone_before_probe = True
+                return RoundPlan(0)
+            self.ar_rounds, self._lone_before_probe = 0, False
+            return RoundPlan(0, probe_tokens=self._probe_tokens())
+        # a whole stretch even past the probe's turn (which then comes a little late): cut short, it would
+        # pay a request's fixed cost for a few steps, and runs sharing the count would all cut theirs
+        return RoundPlan(0, stretch_tokens=self._stretch(seconds_left)[1])
 
     def _probe_tokens(self) -> int:
         step_tokens = self.costs.estimate().step_tokens or PROBE_MIN_TOKENS / PROBE_SHARE
@@ -485,6 +512,8 @@ class AdaptiveDepth:
         if record.index and record.output_tokens and record.wall_s > 0 and not record.probe_tokens:
             with self._lock:
                 self._time_rate("draft" if record.depth else "ar", record, forget, runs)
+                if record.depth:
+                    self._ration()
         if record.judged:
             pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)
             self.costs.observe_judge(pairs, record.judge_s, runs)
@@ -512,6 +541,17 @@ class AdaptiveDepth:
         if other in self._rates:
             self._rates[other] = tuple(stale * value for value in self._rates[other])
         self._draft_freshness = 1.0 if kind == "draft" else self._draft_freshness * stale
+
+    def _ration(self) -> None:
+        """After a timed drafting round: twice the runs may draft at once while drafting rounds measure at least
+        GAIN_TO_WIDEN against AR rounds (up to every run), half as many once they lose; called under the lock."""
+        gain = self.measured_gain()
+        if gain is None:
+            return
+        if gain >= GAIN_TO_WIDEN:
+            self.draft_slots = min(2 * self.draft_slots, self._concurrency())
+        elif gain < 1.0 - LOSS_MARGIN:
+            self.draft_slots = max(1, self.draft_slots // 2)
 
     def cost_estimate(self) -> CostEstimate | None:
         estimate = self.costs.estimate(self._concurrency())

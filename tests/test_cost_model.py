@@ -1,5 +1,9 @@
 """The online cost model on scripted timings, and the adaptive policy that plans with it."""
 
+import queue
+import threading
+from contextlib import contextmanager
+
 import pytest
 
 from lookahead_reasoning.runtime.cost_model import MAX_SLOPE, CostModel
@@ -597,3 +601,72 @@ def test_target_load_is_the_other_requests_in_flight_on_average():
     # average, 0.5, would overstate the load it saw)
     assert load.finished(2, mark) == pytest.approx(1 / 3, abs=0.05)
     assert load.in_flight == 0 and len(load._events) == 1  # nothing running: no history kept
+
+
+@contextmanager
+def _runs_in_threads(policy, runs):
+    """`runs` threads that stay alive (as runs of `lookahead serve` do, so that each keeps its identity); yields
+    ask(i, finish=False): the next round's plan of run i, asked for from its thread; `finish`: that run then ends."""
+    requests = [queue.Queue() for _ in range(runs)]
+    replies = queue.Queue()
+
+    def run(i):
+        while (finish := requests[i].get()) is not None:
+            replies.put(policy.next_round())
+            if finish:
+                policy.run_finished()
+
+    def ask(i, finish=False):
+        requests[i].put(finish)
+        return replies.get(timeout=10)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(runs)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield ask
+    finally:
+        for i, thread in enumerate(threads):
+            requests[i].put(None)
+            thread.join()
+
+
+def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
+    """16 runs share a policy whose model says drafting pays (free branches) before any drafting round was
+    timed: one run drafts, the others write AR stretches (all 16 used to draft deep at once, on a client out
+    of CPU: 0.37× AR at slope 0 × 16 sync). Each drafting round measured at least as fast as AR rounds lets
+    twice the runs draft at once, up to every run; rounds that lose halve them."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    _learn(policy, lambda n: 1.0)
+    policy.run_finished()  # the run that learned the costs ends
+    policy._rates.clear(), policy._rounds_timed.clear()  # what a server set costs is known, drafting's gain not
+    for _ in range(16):
+        policy.run_started()
+    with _runs_in_threads(policy, 16) as ask:
+        plans = [ask(i) for i in range(16)]
+    assert [p.depth > 0 for p in plans].count(True) == 1
+    assert sum(bool(p.stretch_tokens) for p in plans) == 14  # and one AR check, which comes as it would anyway
+    for _ in range(2):
+        policy.observe(_timed(0, T))
+    slots = []
+    for _ in range(6):
+        policy.observe(_timed(3, T / 2))  # drafting advances twice as fast
+        slots.append(policy.draft_slots)
+    assert slots == [1, 2, 4, 8, 16, 16]  # the first drafting round alone does not measure a gain yet
+    for _ in range(40):
+        policy.observe(_timed(3, 4 * T))  # the load changed: drafting rounds now lose
+    assert policy.draft_slots == 1 and policy.cost_estimate().planned_depth == 0
+
+
+def test_a_run_that_ends_frees_its_drafting_slot():
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    _learn(policy, lambda n: 1.0)
+    policy.run_finished()
+    policy._rates.clear(), policy._rounds_timed.clear()
+    for _ in range(3):
+        policy.run_started()
+    with _runs_in_threads(policy, 3) as ask:
+        assert ask(0, finish=True).depth > 0  # drafts, then its run ends
+        assert ask(1).depth > 0  # so the slot is free for another run
+        assert ask(2).depth == 0  # ...whose round still drafts: a third run waits
+        assert ask(1).depth > 0  # the drafting run's next round may draft again
