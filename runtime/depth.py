@@ -548,8 +548,8 @@ class AdaptiveDepth:
         gain = self.measured_gain()
         if gain is None:
             return
-        if gain >= GAIN_TO_WIDEN:
-            self.draft_slots = min(2 * self.draft_slots, self._concurrency())
+        if gain >= GAIN_TO_WIDEN:  # up to the runs in flight now; fewer of them later take nothing away
+            self.draft_slots = max(self.draft_slots, min(2 * self.draft_slots, self._concurrency()))
         elif gain < 1.0 - LOSS_MARGIN:
             self.draft_slots = max(1, self.draft_slots // 2)
 
