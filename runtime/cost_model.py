@@ -76,6 +76,7 @@ class CostEstimate(BaseModel):
     width_speedups: dict[int, float] = {}  # with --width W > 1: the best expected speedup at each width
     expected_speedup: float | None = None  # over AR, by the theory with these costs
     measured_gain: float | None = None  # tokens/s of the rounds that drafted over that of AR rounds, measured
+    draft_slots: int | None = None  # how many of the runs sharing the policy may be in a drafting round at once
 
 
 def per_run(forget: float, runs: float) -> float:

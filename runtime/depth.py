@@ -60,7 +60,8 @@ While drafting wins, an AR round now and then (an AR check, spaced like the prob
 keeps the target's time alone measured: with every round at one γ, the slope would not
 be identifiable (every fork at one width fits any split of its time between t₁ and the
 slope), and the model could settle on a split that keeps it drafting where AR is faster.
-The checks also keep the measured AR rate fresh for the comparison above.
+The checks also keep the measured AR rate fresh for the comparison above. Like a probe, a check
+due at a run's first round (not timed) comes in the run's next round.
 
 Between probes, while AR wins, an AR round writes several steps in one request (an AR
 stretch, no stop at the delimiter), as the target alone would: a request per step costs
@@ -447,7 +448,7 @@ class AdaptiveDepth:
         depth, width, speedup = self._plan()
         if depth and not math.isnan(speedup):
             self.drafting_rounds += 1
-            if self.drafting_rounds > self.check_spacing(speedup):
+            if self.drafting_rounds > self.check_spacing(speedup) and not first:  # a first round is not timed
                 self.drafting_rounds = 0
                 return RoundPlan(0)  # an AR check
         if depth or self.costs.target_alone_unknown:
@@ -560,6 +561,7 @@ class AdaptiveDepth:
             return estimate.model_copy(update={
                 "alpha": self.alpha_at(width), "planned_depth": depth, "planned_width": width,
                 "measured_gain": self.measured_gain(),
+                "draft_slots": self.draft_slots,
                 "expected_speedup": None if math.isnan(speedup) else speedup,
                 "width_speedups": {w: round(s, 3) for w, s in self.width_speedups().items()} if self.width > 1 else {},
             })

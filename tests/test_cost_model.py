@@ -505,6 +505,16 @@ def test_while_drafting_wins_ar_checks_keep_the_target_alone_measured_within_the
     assert (1 - 1 / speedup) / spacing <= PROBE_BUDGET
 
 
+def test_an_ar_check_due_at_a_runs_first_round_comes_in_its_next_round():
+    """A run's first round is not timed: an AR check there measured nothing and cost a round (2 of 6 checks
+    at slope 0 × 4 sync, where a run is 4 rounds)."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    _learn(policy, lambda n: 1.0)
+    policy.drafting_rounds = policy.check_spacing(policy.cost_estimate().expected_speedup)  # a check is due
+    assert policy.next_round(first=True).depth > 0
+    assert policy.next_round() == RoundPlan(0)
+
+
 def test_drafting_at_one_depth_does_not_settle_on_a_wrong_slope():
     # every drafting round at one γ fits any split of its time between t₁ and the slope; without AR
     # rounds now and then, a policy that drafted on free branches kept drafting (γ = 5) on linear ones
@@ -655,7 +665,8 @@ def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
     assert slots == [1, 2, 4, 8, 16, 16]  # the first drafting round alone does not measure a gain yet
     for _ in range(40):
         policy.observe(_timed(3, 4 * T))  # the load changed: drafting rounds now lose
-    assert policy.draft_slots == 1 and policy.cost_estimate().planned_depth == 0
+    estimate = policy.cost_estimate()
+    assert estimate.draft_slots == 1 and estimate.planned_depth == 0
 
 
 def test_a_run_that_ends_frees_its_drafting_slot():
