@@ -79,7 +79,9 @@ The AR round just before each fork probe writes a lone step. A run's first round
 probe: it is not timed (its request prefills the prompt), so where a probe is due it writes a
 lone step and the probe comes in the run's next round. (Drafted probes used to land there: each
 request of `lookahead serve` is a stretch to its end, so the probe's turn came at a request's
-first round, and almost none of them was measured.)
+first round, and almost none of them was measured.) One run at a time puts a probe off so: the
+first rounds of other runs meanwhile run on as AR (64 runs starting together all wrote a lone step
+first), and whichever run's round comes next takes the probe.
 
 With `--width W` > 1 it also picks the width, 1 to W. It learns the per-position
 acceptance of each width it runs; a width it has not run gets its α from the width it
@@ -268,6 +270,7 @@ class AdaptiveDepth:
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.draft_slots = 1  # how many of those may be in a drafting round at once (rationing, see the docstring)
         self._drafting: set[int] = set()  # the threads of the runs whose round in flight drafts
+        self._probe_claim: int | None = None  # the thread of the run whose first round put off a due probe
         self.target_load = TargetLoad()  # the target requests in flight across those runs
         # draft once (γ = 1) even when the branches alone rule lookahead out, to measure c, j and α for a
         # report (`lookahead demo`); runs that only want the answer fast leave this off
@@ -281,6 +284,8 @@ class AdaptiveDepth:
         with self._lock:
             self.active_runs = max(0, self.active_runs - 1)
             self._drafting.discard(threading.get_ident())
+            if self._probe_claim == threading.get_ident():
+                self._probe_claim = None
 
     def _concurrency(self) -> int:
         return max(1, self.active_runs)
@@ -435,7 +440,9 @@ class AdaptiveDepth:
         with self._lock:
             me = threading.get_ident()
             self._drafting.discard(me)
-            plan = self._next_round(seconds_left, first)
+            if self._probe_claim == me:  # its second round: the probe, if no other run took it meanwhile
+                self._probe_claim = None
+            plan = self._next_round(seconds_left, first, me)
             if plan.depth and len(self._drafting) >= self.draft_slots:
                 # others are drafting, and theirs measure it: this run writes a stretch, as AR would
                 return RoundPlan(0, stretch_tokens=self._stretch(seconds_left)[1])
@@ -443,8 +450,8 @@ class AdaptiveDepth:
                 self._drafting.add(me)
             return plan
 
-    def _next_round(self, seconds_left: float | None, first: bool) -> RoundPlan:
-        """next_round before rationing; called under the lock."""
+    def _next_round(self, seconds_left: float | None, first: bool, me: int) -> RoundPlan:
+        """next_round before rationing, for the run of thread `me`; called under the lock."""
         depth, width, speedup = self._plan()
         if depth and not math.isnan(speedup):
             self.drafting_rounds += 1
@@ -454,8 +461,13 @@ class AdaptiveDepth:
         if depth or self.costs.target_alone_unknown:
             return RoundPlan(depth, width)
         probe_due = not self.costs.slope_known or self.ar_rounds >= self.probe_spacing()
-        if first and probe_due:
-            return RoundPlan(0)  # not timed: the probe comes in the run's next round
+        if first and probe_due:  # not timed: the probe comes in the run's next round
+            if self._probe_claim is None:
+                self._probe_claim = me
+                return RoundPlan(0)
+            # another run's next round takes it: this one runs on as AR (64 runs starting at once all wrote
+            # a lone step first)
+            return RoundPlan(0, stretch_tokens=self._stretch(seconds_left)[1])
         if not self.costs.slope_known:
             return RoundPlan(0, probe_tokens=self._probe_tokens())
         if probe_due:

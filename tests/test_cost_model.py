@@ -480,6 +480,53 @@ def test_a_runs_first_round_is_never_a_probe(fork_probe):
     assert any(p.probe_tokens or p.depth for p in plans)  # then the probe (a fork probe after its lone step)
 
 
+@contextmanager
+def _runs_in_threads(policy, runs):
+    """`runs` threads that stay alive (as runs of `lookahead serve` do, so that each keeps its identity); yields
+    ask(i, finish=False, first=False): the next round's plan of run i (`first`: its first round), asked for from
+    its thread; `finish`: that run then ends."""
+    requests = [queue.Queue() for _ in range(runs)]
+    replies = queue.Queue()
+
+    def run(i):
+        while (asked := requests[i].get()) is not None:
+            first, finish = asked
+            replies.put(policy.next_round(first=first))
+            if finish:
+                policy.run_finished()
+
+    def ask(i, finish=False, first=False):
+        requests[i].put((first, finish))
+        return replies.get(timeout=10)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(runs)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield ask
+    finally:
+        for i, thread in enumerate(threads):
+            requests[i].put(None)
+            thread.join()
+
+
+def test_one_run_at_a_time_puts_a_due_probe_off_at_its_first_round():
+    """Many runs starting while a probe is due: one writes a lone step and probes next; the first rounds of
+    the others run on as AR stretches (all 64 of them wrote a lone step first)."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    _learn(policy, float, rounds=60)  # a linear server: AR, with fork probes
+    policy.run_finished()
+    for _ in range(3):
+        policy.run_started()
+    policy.ar_rounds = policy.probe_spacing()  # a probe is due
+    with _runs_in_threads(policy, 3) as ask:
+        firsts = [ask(i, first=True) for i in range(3)]
+        assert firsts[0] == RoundPlan(0) and all(p.stretch_tokens for p in firsts[1:])
+        ask(0, finish=True)  # the run that put it off ends after its lone step
+        assert ask(1, first=True) == RoundPlan(0)  # so the next run's first round may put it off
+        assert ask(1).probe_tokens  # and probes next (a fork probe: the lone step before it is written)
+
+
 def test_policy_drafts_deep_when_branches_are_free():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     free = lambda n: 1.0  # noqa: E731  an idle GPU
@@ -611,34 +658,6 @@ def test_target_load_is_the_other_requests_in_flight_on_average():
     # average, 0.5, would overstate the load it saw)
     assert load.finished(2, mark) == pytest.approx(1 / 3, abs=0.05)
     assert load.in_flight == 0 and len(load._events) == 1  # nothing running: no history kept
-
-
-@contextmanager
-def _runs_in_threads(policy, runs):
-    """`runs` threads that stay alive (as runs of `lookahead serve` do, so that each keeps its identity); yields
-    ask(i, finish=False): the next round's plan of run i, asked for from its thread; `finish`: that run then ends."""
-    requests = [queue.Queue() for _ in range(runs)]
-    replies = queue.Queue()
-
-    def run(i):
-        while (finish := requests[i].get()) is not None:
-            replies.put(policy.next_round())
-            if finish:
-                policy.run_finished()
-
-    def ask(i, finish=False):
-        requests[i].put(finish)
-        return replies.get(timeout=10)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(runs)]
-    for thread in threads:
-        thread.start()
-    try:
-        yield ask
-    finally:
-        for i, thread in enumerate(threads):
-            requests[i].put(None)
-            thread.join()
 
 
 def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
