@@ -436,7 +436,8 @@ class AdaptiveDepth:
         `first`: a run's first round, which is not timed (its request prefills the prompt), so never a probe:
         where one is due, it writes a lone step and the probe comes in the next round. A run's rounds are
         planned from its own thread (the engines run a run in the caller's thread), which tells the runs
-        apart for rationing: a drafting plan beyond `draft_slots` runs drafting at once is a lone AR step."""
+        apart: a drafting plan beyond `draft_slots` runs drafting at once is an AR stretch, and one run at a time
+        puts a due probe off at its first round."""
         with self._lock:
             me = threading.get_ident()
             self._drafting.discard(me)
