@@ -446,7 +446,7 @@ class AdaptiveDepth:
             plan = self._next_round(seconds_left, first, me)
             if plan.depth and len(self._drafting) >= self.draft_slots:
                 # others are drafting, and theirs measure it: this run writes a stretch, as AR would
-                return RoundPlan(0, stretch_tokens=self._stretch(seconds_left)[1])
+                return self._stretch_plan(seconds_left)
             if plan.depth:
                 self._drafting.add(me)
             return plan
@@ -468,7 +468,7 @@ class AdaptiveDepth:
                 return RoundPlan(0)
             # another run's next round takes it: this one runs on as AR (64 runs starting at once all wrote
             # a lone step first)
-            return RoundPlan(0, stretch_tokens=self._stretch(seconds_left)[1])
+            return self._stretch_plan(seconds_left)
         if not self.costs.slope_known:
             return RoundPlan(0, probe_tokens=self._probe_tokens())
         if probe_due:
@@ -483,6 +483,10 @@ class AdaptiveDepth:
             return RoundPlan(0, probe_tokens=self._probe_tokens())
         # a whole stretch even past the probe's turn (which then comes a little late): cut short, it would
         # pay a request's fixed cost for a few steps, and runs sharing the count would all cut theirs
+        return self._stretch_plan(seconds_left)
+
+    def _stretch_plan(self, seconds_left: float | None) -> RoundPlan:
+        """An AR round as the target alone would write it: a stretch (a lone step where none fits)."""
         return RoundPlan(0, stretch_tokens=self._stretch(seconds_left)[1])
 
     def _probe_tokens(self) -> int:
