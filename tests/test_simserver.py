@@ -48,7 +48,7 @@ def test_protocol_through_sglang_runtime_endpoint(sims):
         s += sgl.gen("pick", choices=["alpha", "beta"])
 
     state = program.run(backend=backend)
-    assert state["step"].startswith("s0-t ")
+    assert state["step"].startswith("s0-t.")
     assert state.get_meta_info("step")["finish_reason"] == {"type": "stop", "matched": "\n\n"}
     metas = [m for m in state.get_var("next")]
     assert len(metas) == 2
@@ -84,6 +84,28 @@ def test_judge_is_deterministic_and_answers_yes_or_no(sims):
     assert {a.answer for a in first} == {"yes", "no"}
     assert 0.3 < sum(a.answer == "yes" for a in first) / len(first) < 0.7  # α = 0.5
     assert all(a.p_yes in (pytest.approx(0.95), pytest.approx(0.05)) for a in first)
+
+
+def _first_step(url: str, question: str, answer: str = "") -> str:
+    prompt = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n{answer}"
+    body = {"text": prompt, "sampling_params": {"max_new_tokens": 50, "stop": "\n\n"}}
+    return requests.post(url + "/generate", json=body).json()["text"]
+
+
+def test_the_judge_draws_each_problems_verdicts_afresh_whatever_came_before(sims):
+    """The judge sees only the two steps: each step names its problem, so that the problems of a benchmark
+    do not all share one pattern of verdicts, and a step reads the same after any prefix, so that every
+    method that judges it draws the same verdict."""
+    from lookahead_reasoning.programs import LookaheadEndpoint, judge_pairs
+
+    questions = [f"question {i}" for i in range(40)]
+    pairs = [(_first_step(sims.target.url, q), _first_step(sims.draft.url, q)) for q in questions]
+    verdicts = [a.answer for a in judge_pairs(LookaheadEndpoint(sims.judge.url, chat_template="chatml"), pairs)]
+    assert 0.3 < verdicts.count("yes") / len(verdicts) < 0.7  # α = 0.5, one draw per problem
+    target_first, draft_first = pairs[0]
+    after_target = _first_step(sims.draft.url, questions[0], target_first + "\n\n")
+    after_draft = _first_step(sims.draft.url, questions[0], draft_first + "\n\n")
+    assert after_target == after_draft and after_target.startswith("s1-d0.")
 
 
 @pytest.mark.parametrize("engine_class", [SyncEngine, AsyncEngine])
