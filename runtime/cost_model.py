@@ -365,6 +365,14 @@ class CostModel:
         with self._lock:
             return self._c(concurrency)
 
+    def request_share(self, concurrency: float = 1.0) -> float:
+        """A target request's fixed cost o over the time of a step of the mean length (0 where unknown):
+        what one more request costs where a stretch would have written its step."""
+        with self._lock:
+            fit = self._fit()
+            step = self._step_s(max(1.0, concurrency), fit)
+            return fit[2] / step if step else 0.0
+
     def judge_cost(self, pairs: int, concurrency: float = 1.0) -> float:
         """j(pairs): the verifier's time per round in target steps (0 where nothing is known)."""
         with self._lock:

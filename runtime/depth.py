@@ -10,7 +10,11 @@ advance like any other; the first of a run, which prefills the prompt, is not ti
 next measures the lone target step), then a fork probe measures what a second branch
 costs. If even free, always accepted drafts could not beat AR by `CEILING_MARGIN` at
 that cost, it never drafts; otherwise one round drafts one step, to measure the draft
-and the verifier, and from then on it plans. The margin is 15 %: real drafts are not
+and the verifier, and from then on it plans. That round is a measuring round: the target
+writes only its own step after the prefix, not the branch after the draft, and the verifier
+judges the draft against it, so it costs c + j over an AR step where a γ = 1 round costs
+c + B(2) + j (on a linear CPU server, c + 2 + j: the branch would keep a second step only
+where the draft is accepted). The margin is 15 %: real drafts are not
 free, and with branches at s ≥ 0.85 (where the ceiling, (γ+1)/(1 + sγ) for one run, is
 under 1.15 at γ ≤ 8) even a good draft (c = 0.05, α = 0.9, j = 0.05) loses; a margin of
 5 % let a single fork probe that read s = 0.92 on a linear CPU server buy a drafted
@@ -25,7 +29,12 @@ o + L·t₁ + k·u: the model fits u (and so s) from it, at a quarter of the cos
 step. When AR wins it drafts nothing, and now and then probes again to see
 whether things changed (a fork probe while the branches alone make lookahead lose,
 else a drafted round): the probes are spaced so that what they cost stays within
-`PROBE_BUDGET` of the run's time. A drafted probe loses on every step its round keeps (1 + α
+`PROBE_BUDGET` of the run's time. A fork probe's price is its extra branch and the fixed cost of
+two more requests (the lone step before it and its fork, where a stretch would have written both
+steps): priced by the branch alone, the probes of the real CPU Qwen pair cost 5 % where the budget
+assumed 2. Each probe after which the model still plans AR doubles the spacing, up to
+`PROBE_BACKOFF` times the budget's: probes that keep agreeing are spent more rarely, and a change
+is still seen within PROBE_BACKOFF spacings (the plan turning to drafting resets it). A drafted probe loses on every step its round keeps (1 + α
 for sync at γ = 1; the async chain pipeline drafts on while its drafts are accepted, 1 / (1 − α)),
 so its spacing, in AR steps, counts them all.
 
@@ -116,6 +125,7 @@ AR_STRETCH_STEPS = 8  # most steps an AR round writes in one request while AR wi
 AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the run stays responsive
 STRETCH_OVERHEAD = 0.02  # ...but more steps where a request's fixed cost would be more than this share of it
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
+PROBE_BACKOFF = 8  # the spacing doubles, up to this many times the budget's, while probes leave the model at AR
 CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than AR rounds: run AR
 STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement of AR or drafting rounds ages
@@ -146,6 +156,7 @@ class RoundPlan:
     width: int = 1  # draft candidates per position
     probe_tokens: int = 0  # an AR round's fork probe: the cap of its short second branch (B(2))
     stretch_tokens: int = 0  # an AR round that writes several steps in one request: its token cap
+    measuring: bool = False  # a drafted step (γ = 1) whose target writes only its own step: it prices the draft
 
 
 class TargetLoad:
@@ -266,6 +277,7 @@ class AdaptiveDepth:
         self.ar_rounds = 0  # steps AR rounds wrote since the last probe (as observed: a stretch may end early)
         self._draft_freshness = 1.0  # how much the measured drafting rate has aged since its last round (1: none)
         self._lone_before_probe = False  # the lone step before a fork probe was planned
+        self._backoff = 1  # the probe spacing's multiple: doubled by each probe while the model plans AR
         self.drafting_rounds = 0  # drafting rounds since the last AR check
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.draft_slots = 1  # how many of those may be in a drafting round at once (rationing, see the docstring)
@@ -413,9 +425,16 @@ class AdaptiveDepth:
         return round_steps(self.mode, depth, alpha, self._window) * max(0.0, 1.0 / speedup - 1.0)
 
     def probe_spacing(self) -> int:
-        """AR rounds between probes, so that a probe's loss against AR stays within PROBE_BUDGET."""
+        """AR steps between probes: what keeps a probe's loss against AR within PROBE_BUDGET, times the backoff
+        (probes in a row after which the model still planned AR space the next one further)."""
+        return min(PROBE_SPACING[1], self._budget_spacing() * self._backoff)
+
+    def _budget_spacing(self) -> int:
         if self._probe_is_a_fork():
-            return _spacing((self._branch_cost(2) - 1.0) * PROBE_SHARE)  # a share of the step twice, against once
+            # a share of the step twice against once, and two more requests' fixed cost: the lone step
+            # before the probe and the probe's fork, where a stretch would have written both steps
+            share = self.costs.request_share(self._concurrency())
+            return _spacing((self._branch_cost(2) - 1.0) * PROBE_SHARE + 2.0 * share)
         if self.costs.c() is None:
             return PROBE_SPACING[0]
         return _spacing(self._drafted_probe()[2])
@@ -455,12 +474,13 @@ class AdaptiveDepth:
         """next_round before rationing, for the run of thread `me`; called under the lock."""
         depth, width, speedup = self._plan()
         if depth and not math.isnan(speedup):
+            self._backoff = 1  # the model plans drafting: the probes found what they watch for
             self.drafting_rounds += 1
             if self.drafting_rounds > self.check_spacing(speedup) and not first:  # a first round is not timed
                 self.drafting_rounds = 0
                 return RoundPlan(0)  # an AR check
         if depth or self.costs.target_alone_unknown:
-            return RoundPlan(depth, width)
+            return self._drafting_plan(depth, width)
         probe_due = not self.costs.slope_known or self.ar_rounds >= self.probe_spacing()
         if first and probe_due:  # not timed: the probe comes in the run's next round
             if self._probe_claim is None:
@@ -473,17 +493,33 @@ class AdaptiveDepth:
             return RoundPlan(0, probe_tokens=self._probe_tokens())
         if probe_due:
             if not self._probe_is_a_fork():
-                self.ar_rounds = 0
+                self._probe_taken()
                 depth, width, _ = self._drafted_probe()
-                return RoundPlan(depth, width)
+                return self._drafting_plan(depth, width)
             if not self._lone_before_probe:  # a fork probe is measured beside a lone step just before it
                 self._lone_before_probe = True
                 return RoundPlan(0)
-            self.ar_rounds, self._lone_before_probe = 0, False
+            self._lone_before_probe = False
+            self._probe_taken()
             return RoundPlan(0, probe_tokens=self._probe_tokens())
         # a whole stretch even past the probe's turn (which then comes a little late): cut short, it would
         # pay a request's fixed cost for a few steps, and runs sharing the count would all cut theirs
         return self._stretch_plan(seconds_left)
+
+    def _probe_taken(self) -> None:
+        """A probe is planned now: the count to the next one starts again, and where the model itself plans AR
+        (not the measured rates overruling it), the next one comes twice as late, up to PROBE_BACKOFF times."""
+        self.ar_rounds = 0
+        if not self._model_plan()[0]:
+            self._backoff = min(PROBE_BACKOFF, 2 * self._backoff)
+
+    def _drafting_plan(self, depth: int, width: int) -> RoundPlan:
+        """A round of γ = `depth` (0: AR). While nothing has priced the draft yet, a γ = 1 round of an engine
+        whose target forks is a measuring round: the target writes its own step alone, and the verifier
+        judges the draft against it, so that it costs c + j over AR, not c + B(2) + j (the branch after the
+        draft would keep a second step only where the draft is accepted)."""
+        measuring = depth == 1 and width == 1 and self._forks_itself and self.costs.c() is None
+        return RoundPlan(depth, width, measuring=measuring)
 
     def _stretch_plan(self, seconds_left: float | None) -> RoundPlan:
         """An AR round as the target alone would write it: a stretch (a lone step where none fits)."""
@@ -527,7 +563,9 @@ class AdaptiveDepth:
         if not record.depth and not record.probe_tokens:
             with self._lock:
                 self.ar_rounds += record.target_steps  # what it wrote: a stretch ends early at EOS
-        if record.index and record.output_tokens and record.wall_s > 0 and not record.probe_tokens:
+        # a probe's or a measuring round's time says nothing of how fast AR or drafting advance
+        timed = record.index and record.output_tokens and record.wall_s > 0
+        if timed and not (record.probe_tokens or record.measuring):
             with self._lock:
                 self._time_rate("draft" if record.depth else "ar", record, forget, runs)
                 if record.depth:

@@ -196,11 +196,12 @@ class Engine:
 
     def _verify_round(
         self, run: _Run, tree: DraftTree, bonus: bool, cap: int, draft_s: float, started: float, depth: int,
-        probe_tokens: int = 0,
+        probe_tokens: int = 0, measuring: bool = False,
     ) -> RoundRecord:
         """Target branches, judge, acceptance walk, bookkeeping; returns the round's record.
 
-        `probe_tokens`: with an empty tree, the cap of a fork probe's short second branch (depth.py)."""
+        `probe_tokens`: with an empty tree, the cap of a fork probe's short second branch (depth.py).
+        `measuring`: the round prices the draft and the verifier (depth.py); passed with `bonus` False."""
         run.metrics.count_tokens("draft", [node.step for node in tree.nodes])
         t1 = time.perf_counter()
         branches = target_branches(tree, bonus)
@@ -246,13 +247,14 @@ class Engine:
             target_tokens_all=sum(t.completion_tokens for t in targets), target_others=load.others,
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, width=tree.width,
+            measuring=measuring and bool(tree.nodes),
         )
 
     def _finish_round(
         self, run: _Run, walk: AcceptanceWalk, *, depth: int, judged: list[JudgedDraft], started: float,
         draft_s: float, target_s: float, judge_s: float, branches: int, target_tokens: int, draft_tokens: int,
         probe_tokens: int = 0, target_steps: int = 1, width: int = 1, target_tokens_all: int = 0,
-        target_others: float | None = None,
+        target_others: float | None = None, measuring: bool = False,
     ) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
         record = RoundRecord(
@@ -261,7 +263,7 @@ class Engine:
             draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=time.perf_counter() - started,
             branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, probe_tokens=probe_tokens,
             target_steps=target_steps, width=width, target_tokens_all=target_tokens_all,
-            output_tokens=sum(step_tokens(o) for o in walk.outputs), target_others=target_others,
+            output_tokens=sum(step_tokens(o) for o in walk.outputs), target_others=target_others, measuring=measuring,
         )
         run.metrics.observe_round(record, walk.outputs)
         self.policy.observe(record)  # before on_round, so a live view shows what this round taught the policy
@@ -313,8 +315,9 @@ class SyncEngine(Engine):
                         tree = self._draft(run.prefix, plan, cap)
                     except Exception as error:
                         run.draft_failed(error)
-                record = self._verify_round(run, tree, True, cap, time.perf_counter() - started, started, plan.depth,
-                                            plan.probe_tokens)
+                # a measuring round's target writes only its own step: no branch after the draft
+                record = self._verify_round(run, tree, not plan.measuring, cap, time.perf_counter() - started, started,
+                                            plan.depth, plan.probe_tokens, plan.measuring)
             if self._done(run, record):
                 return
 
@@ -389,7 +392,8 @@ class AsyncEngine(Engine):
                     if run.drafting and ends is not None and ends.ending != "eos":
                         pending_base = run.prefix + tree.text_of(optimistic)
                         pending = self._pool.submit(self._timed_draft, pending_base, policy.peek_round(), cap)
-                record = self._verify_round(run, tree, False, cap, draft_s, started, depth, plan.probe_tokens)
+                record = self._verify_round(run, tree, False, cap, draft_s, started, depth, plan.probe_tokens,
+                                            plan.measuring)
             if self._done(run, record):
                 return
 

@@ -45,6 +45,7 @@ class RoundRecord(BaseModel):
     wall_s: float
     branches: int = 0  # target requests of the round (the fork's width)
     probe_tokens: int = 0  # tokens of a fork probe's short extra branch beside an AR round's step (depth.py)
+    measuring: bool = False  # a drafted step whose target wrote only its own step: it priced the draft and verifier (depth.py)
     target_steps: int = 1  # steps the longest target request wrote (an AR stretch writes several, depth.py)
     width: int = 1  # draft candidates per position (W)
     target_tokens: int = 0  # completion tokens of the round's longest target branch

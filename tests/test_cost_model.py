@@ -7,7 +7,9 @@ from contextlib import contextmanager
 import pytest
 
 from lookahead_reasoning.runtime.cost_model import MAX_SLOPE, CostModel
-from lookahead_reasoning.runtime.depth import AR_STRETCH_SECONDS, AR_STRETCH_STEPS, PROBE_BUDGET, PROBE_SHARE, AdaptiveDepth, RoundPlan
+from lookahead_reasoning.runtime.depth import (
+    AR_STRETCH_SECONDS, AR_STRETCH_STEPS, PROBE_BACKOFF, PROBE_BUDGET, PROBE_SHARE, AdaptiveDepth, RoundPlan,
+)
 from lookahead_reasoning.runtime.results import JudgedDraft, RoundRecord
 from lookahead_reasoning.runtime.theory import engine_speedup, tree_branches
 
@@ -244,7 +246,9 @@ def test_no_data_means_no_change_and_missing_figures_are_harmless():
     probe = plan.probe_tokens
     free = lambda n: 1.0  # noqa: E731
     policy.observe(round_record(0, 0, 0, branch_cost=free, probe=probe))
-    assert [policy.next_round().depth for _ in range(3)] == [1, 1, 1]  # branches may pay: one step measures c, j
+    plans = [policy.next_round() for _ in range(3)]
+    assert [p.depth for p in plans] == [1, 1, 1]  # branches may pay: one step measures c, j
+    assert all(p.measuring for p in plans)  # ...and the target writes only its own step beside it
     assert policy.cost_estimate().expected_speedup is None
 
 
@@ -700,3 +704,78 @@ def test_a_run_that_ends_frees_its_drafting_slot():
         assert ask(1).depth > 0  # so the slot is free for another run
         assert ask(2).depth == 0  # ...whose round still drafts: a third run waits
         assert ask(1).depth > 0  # the drafting run's next round may draft again
+
+
+def test_a_fork_probe_is_priced_with_the_fixed_cost_of_its_two_requests():
+    """On a CPU-like server (B(n) = n) whose requests cost a fixed o = 0.3 of a step besides their tokens, a
+    fork probe loses its quarter step's second branch and two requests' fixed cost (the lone step before
+    it and its fork, where a stretch would have written both): the spacing keeps that within the budget
+    (priced by the branch alone, the real CPU Qwen pair's probes cost 5 % where the budget said 2)."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    o, per_token = 0.3, T  # a step of TOKENS tokens: o + TOKENS·T = 1.3 s
+    for tokens in (12, 20, 28, 20, 16, 24):  # lengths that vary, so the fixed cost is told from t₁
+        policy.costs.observe_target(1, o + tokens * per_token, tokens)
+    policy.costs.observe_target(1, o + 20 * per_token * 1.25, 20, others=0.25)  # a probe's quarter beside it
+    share = policy.costs.request_share()
+    assert share == pytest.approx(o / (o + policy.costs.estimate().step_tokens * per_token), rel=0.05)
+    loss = (policy.costs.branch_cost(2) - 1) * PROBE_SHARE + 2 * share
+    assert loss / policy.probe_spacing() <= PROBE_BUDGET
+    assert (policy.costs.branch_cost(2) - 1) * PROBE_SHARE / PROBE_BUDGET < policy.probe_spacing() - 1
+
+
+def test_probes_that_keep_finding_ar_are_spaced_further_and_drafting_resets_the_spacing():
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    linear = float  # B(n) = n: AR wins, and every fork probe says so again
+    gaps, steps = [], 0  # AR steps before each fork probe, from the cold start on
+    for _ in range(3000):
+        plan = policy.next_round()
+        assert plan.depth == 0
+        policy.observe(round_record(0, 0, 0, branch_cost=linear, probe=plan.probe_tokens, stretch=plan.stretch_tokens))
+        steps += plan.stretch_tokens // TOKENS or 1
+        if plan.probe_tokens:
+            gaps.append(steps)
+            steps = 0
+    base = policy._budget_spacing()
+    late = AR_STRETCH_STEPS + 2  # a probe comes at most a stretch (and the lone step before it) late
+    # the cold start's probe, then one at the budget's spacing; each probe that left the plan at AR doubles
+    # the spacing, up to PROBE_BACKOFF times the budget's
+    assert base <= gaps[1] <= base + late
+    assert all(later >= 1.5 * earlier for earlier, later in zip(gaps[1:3], gaps[2:4]))
+    assert max(gaps) <= PROBE_BACKOFF * base + late and gaps[-1] >= PROBE_BACKOFF * base
+    _learn(policy, lambda n: 1.0, rounds=200)  # the branches turned free: a probe sees it, and the plan drafts
+    assert policy.cost_estimate().planned_depth >= 3
+    assert policy.probe_spacing() == policy._budget_spacing()  # back to the budget's spacing
+
+
+def test_the_round_that_measures_the_draft_forks_no_branch_after_it():
+    """The cold start's round that prices the draft and the verifier writes the target's own step alone: on a
+    linear server the branch after the draft would cost a whole step and keep one only if it is accepted."""
+    from scripted import DELIM, ScriptedJudge, ScriptedModels
+
+    from lookahead_reasoning.runtime.config import LookaheadConfig
+    from lookahead_reasoning.runtime.engine import SyncEngine
+    from lookahead_reasoning.verifiers import FastPathVerifier
+
+    target = [f"step {i} of the target" for i in range(6)]
+    draft = ["step 0 of the target", "a wrong step", *target[2:]]
+    models = ScriptedModels(target, draft)
+    widths = []
+    original = models.target
+
+    def target_call(prefix, continuations, caps=None, commit_prefix=True):
+        widths.append(len(continuations))
+        return original(prefix, continuations, caps, commit_prefix)
+
+    models.target = target_call
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    for tokens in (12, 20, 28):  # the target alone, and a fork probe that found branches nearly free
+        policy.costs.observe_target(1, tokens * T, tokens)
+    policy.costs.observe_target(1, 20 * T * 1.025, 20, others=0.25)
+    assert policy.costs.slope_known and policy.costs.c() is None
+    config = LookaheadConfig(adaptive_depth=True, max_step_tokens=50)
+    result = SyncEngine(config, models, FastPathVerifier(ScriptedJudge()), policy=policy).run("q")
+    measuring = [r for r in result.round_log if r.measuring]
+    assert len(measuring) == 1 and measuring[0].depth == 1 and measuring[0].branches == 1
+    assert widths[measuring[0].index] == 1  # one target request: the step after the prefix, not after the draft
+    assert measuring[0].accepted == 1 and [s.source for s in measuring[0].kept] == ["draft"]
+    assert result.text == DELIM.join(target) and policy.costs.c() is not None
