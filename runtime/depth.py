@@ -32,9 +32,11 @@ else a drafted round): the probes are spaced so that what they cost stays within
 `PROBE_BUDGET` of the run's time. A fork probe's price is its extra branch and the fixed cost of
 two more requests (the lone step before it and its fork, where a stretch would have written both
 steps): priced by the branch alone, the probes of the real CPU Qwen pair cost 5 % where the budget
-assumed 2. Each probe after which the model still plans AR doubles the spacing, up to
-`PROBE_BACKOFF` times the budget's: probes that keep agreeing are spent more rarely, and a change
-is still seen within PROBE_BACKOFF spacings (the plan turning to drafting resets it). A drafted probe loses on every step its round keeps (1 + α
+assumed 2. Each fork probe after which the model still plans AR doubles the spacing of fork
+probes, up to `PROBE_BACKOFF` times the budget's: probes that keep agreeing are spent more rarely,
+and a change is still seen within PROBE_BACKOFF spacings (the plan turning to drafting resets it).
+Drafted probes keep the budget's spacing: they renew α̂ too, which a few unlucky rejections at the
+start can hold low. A drafted probe loses on every step its round keeps (1 + α
 for sync at γ = 1; the async chain pipeline drafts on while its drafts are accepted, 1 / (1 − α)),
 so its spacing, in AR steps, counts them all.
 
@@ -425,9 +427,9 @@ class AdaptiveDepth:
         return round_steps(self.mode, depth, alpha, self._window) * max(0.0, 1.0 / speedup - 1.0)
 
     def probe_spacing(self) -> int:
-        """AR steps between probes: what keeps a probe's loss against AR within PROBE_BUDGET, times the backoff
-        (probes in a row after which the model still planned AR space the next one further)."""
-        return min(PROBE_SPACING[1], self._budget_spacing() * self._backoff)
+        """AR steps between probes: what keeps a probe's loss against AR within PROBE_BUDGET; for fork probes
+        times the backoff (fork probes in a row after which the model still planned AR space the next further)."""
+        return min(PROBE_SPACING[1], self._budget_spacing() * (self._backoff if self._probe_is_a_fork() else 1))
 
     def _budget_spacing(self) -> int:
         if self._probe_is_a_fork():
@@ -493,24 +495,25 @@ class AdaptiveDepth:
             return RoundPlan(0, probe_tokens=self._probe_tokens())
         if probe_due:
             if not self._probe_is_a_fork():
-                self._probe_taken()
+                self._probe_taken(fork=False)
                 depth, width, _ = self._drafted_probe()
                 return self._drafting_plan(depth, width)
             if not self._lone_before_probe:  # a fork probe is measured beside a lone step just before it
                 self._lone_before_probe = True
                 return RoundPlan(0)
             self._lone_before_probe = False
-            self._probe_taken()
+            self._probe_taken(fork=True)
             return RoundPlan(0, probe_tokens=self._probe_tokens())
         # a whole stretch even past the probe's turn (which then comes a little late): cut short, it would
         # pay a request's fixed cost for a few steps, and runs sharing the count would all cut theirs
         return self._stretch_plan(seconds_left)
 
-    def _probe_taken(self) -> None:
-        """A probe is planned now: the count to the next one starts again, and where the model itself plans AR
-        (not the measured rates overruling it), the next one comes twice as late, up to PROBE_BACKOFF times."""
+    def _probe_taken(self, fork: bool) -> None:
+        """A probe is planned now: the count to the next one starts again. After a fork probe, where the model
+        itself plans AR, the next one comes twice as late, up to PROBE_BACKOFF times. Drafted probes keep the
+        budget's spacing: they also renew α̂, and a few unlucky rejections at the start need them to recover."""
         self.ar_rounds = 0
-        if not self._model_plan()[0]:
+        if fork and not self._model_plan()[0]:
             self._backoff = min(PROBE_BACKOFF, 2 * self._backoff)
 
     def _drafting_plan(self, depth: int, width: int) -> RoundPlan:

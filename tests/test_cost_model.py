@@ -606,6 +606,8 @@ def test_probe_spacing_bounds_the_probe_cost(mode):
     steps = 1 + alpha if mode == "sync" else 1 / (1 - alpha)
     assert alpha == pytest.approx(0.5, abs=0.05) and speedup < 0.95
     assert steps * (1 / speedup - 1) / policy.probe_spacing() <= PROBE_BUDGET + 1e-9
+    policy._backoff = PROBE_BACKOFF  # as after fork probes that kept finding AR
+    assert policy.probe_spacing() == policy._budget_spacing()  # drafted probes keep the budget's spacing: α̂ needs them
 
 
 def test_costs_are_saved_per_server_set_and_a_bad_file_starts_afresh(tmp_path):
