@@ -29,12 +29,13 @@ def _f(value: float | None) -> str:
 
 
 def bench_table(points: list[BenchPoint]) -> str:
-    headers = ["α", "c", "γ", "W", "engine", "measured", "theory", "ratio", "overhead ms/round", "prefix hit",
-               "realized α"]
+    """One row per point; "N-step theory" is the theory for problems of the latency model's length (bench.py)."""
+    headers = ["α", "c", "γ", "W", "engine", "measured", "theory", "ratio", "N-step theory", "N-step ratio",
+               "overhead ms/round", "prefix hit", "realized α"]
     return markdown_table(headers, [
         [str(p.alpha), str(p.c), str(p.depth), str(p.width), p.engine, f"{p.measured_speedup:.2f}",
-         f"{p.theory_speedup:.2f}", f"{p.ratio:.2f}", f"{p.overhead_ms_per_round:.1f}", _f(p.prefix_hit_ratio),
-         _f(p.realized_alpha)]
+         f"{p.theory_speedup:.2f}", f"{p.ratio:.2f}", f"{p.finite_theory_speedup:.2f}", f"{p.finite_ratio:.2f}",
+         f"{p.overhead_ms_per_round:.1f}", _f(p.prefix_hit_ratio), _f(p.realized_alpha)]
         for p in points
     ])
 
@@ -57,9 +58,11 @@ def _plots(points: list[BenchPoint], out: Path) -> None:
                     xs = [p.depth for p in series]
                     line = ax.plot(xs, [p.measured_speedup for p in series], marker="o", label=f"α={alpha}, c={c}")
                     ax.plot(xs, [p.theory_speedup for p in series], linestyle="--", color=line[0].get_color())
+                    ax.plot(xs, [p.finite_theory_speedup for p in series], linestyle=":", color=line[0].get_color())
             ax.set_xlabel("γ (draft steps per round)")
             ax.set_ylabel("speedup over AR")
-            ax.set_title(f"{engine} engine, W={width}: measured (solid) vs theory (dashed)")
+            ax.set_title(f"{engine} engine, W={width}: measured (solid), theory (dashed, N steps dotted)",
+                         fontsize=9)
             ax.legend(fontsize=7)
             fig.tight_layout()
             fig.savefig(out / f"speedup_{engine}_w{width}.png", dpi=110)

@@ -232,11 +232,13 @@ def test_bench_sim_json_and_report(capsys, tmp_path):
     points = json.loads(proc.stdout)["points"]
     assert len(points) == 4
     keys = {"alpha", "c", "depth", "width", "engine", "measured_speedup", "theory_speedup", "ratio",
-            "overhead_ms_per_round", "prefix_hit_ratio"}
+            "finite_theory_speedup", "finite_ratio", "overhead_ms_per_round", "prefix_hit_ratio"}
     for p in points:
         assert set(p) == keys
         assert p["measured_speedup"] > 0 and p["theory_speedup"] > 0
         assert p["ratio"] == pytest.approx(p["measured_speedup"] / p["theory_speedup"])
+        assert p["finite_ratio"] == pytest.approx(p["measured_speedup"] / p["finite_theory_speedup"])
+        assert p["finite_theory_speedup"] <= p["theory_speedup"] + 1e-9  # 12-step problems gain no more
     assert {p["depth"] for p in points} == {1, "adaptive"}
     assert (tmp_path / "bench.json").exists() and (tmp_path / "bench.md").exists()
     assert len((tmp_path / "bench.jsonl").read_text().splitlines()) == 4  # written point by point

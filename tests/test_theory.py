@@ -1,5 +1,8 @@
 """The paper's speedup formulas against hand-computed values, and our judge term."""
 
+import itertools
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -104,3 +107,125 @@ def test_linear_branch_cost_makes_ar_the_best_choice_and_free_branches_draft():
     assert theory.best_depth("sync", 1.0 - 1e-9, 0.38, judge=0.3, branch_cost=linear) == (0, 1.0)
     assert theory.best_depth("async", 0.9, 0.38, judge=0.3, branch_cost=linear) == (0, 1.0)
     assert theory.best_depth("sync", 0.7, 0.1, judge=0.1)[0] >= 2
+
+
+# --- a problem of N steps: finite_speedup ----------------------------------------------------------------
+
+
+def _enumerated_speedup(engine, depth, alpha, c, j, n, branch=lambda b: 1.0, window=False):
+    """finite_speedup by brute force: every pattern of per-position verdicts (each accepted with α), the
+    engine's round rule replayed on it; a check of the dynamic programming that shares none of its code."""
+    k = depth if window else depth + 1
+    stage = 1.0 + j
+    unlimited = engine == "async" and k >= math.ceil(stage / c - 1e-12)
+    expected = 0.0
+    for verdicts in itertools.product((True, False), repeat=n):
+        prob = math.prod(alpha if v else 1.0 - alpha for v in verdicts)
+        kept, spent = 0, 0.0
+        while kept < n:
+            left = n - kept
+            if engine == "sync":
+                m = min(depth, left)
+                spent += c * m + branch(m if m == left else m + 1) + j  # no branch after a draft that ends on EOS
+            else:
+                m = left if unlimited else min(k, left)
+            window_verdicts = verdicts[kept:kept + m]
+            accepted = window_verdicts.index(False) if False in window_verdicts else m
+            if engine == "async":  # verdicts at s, s + c, …; a full round of k with more to come costs s
+                spent += stage + c * accepted if accepted < m else stage + c * (m - 1) if m == left else stage
+            if accepted < m:
+                kept += accepted + 1  # the accepted drafts, then the target's step
+            else:
+                kept += m if m == left else m + (engine == "sync")  # the bonus step, except at EOS
+        expected += prob * spent
+    return n / expected
+
+
+def test_finite_sync_hand_values():
+    # N = 1, γ = 1: one round, the draft ends on EOS, only the target's step after the prefix: 1 + c + j
+    assert theory.finite_speedup("sync", 1, 0.5, 0.1, 0.2, steps=1) == pytest.approx(1 / 1.3)
+    # N = 2, γ = 1: 1.3 for the first round, and another 1.3 when the draft was rejected (1 − α)
+    assert theory.finite_speedup("sync", 1, 0.5, 0.1, 0.2, steps=2) == pytest.approx(2 / (1.3 + 0.5 * 1.3))
+    # the same with B(2) = 1.5: the first round forks 2 branches, the last one 1 (nothing after EOS)
+    cost = {1: 1.0, 2: 1.5}.__getitem__
+    assert theory.finite_speedup("sync", 1, 0.5, 0.1, 0.2, branch_cost=cost, steps=2) == pytest.approx(
+        2 / (1.8 + 0.5 * 1.3))
+    # N = 2, γ = 4: one round drafts both steps (the second on EOS): 0.2 + 1 + 0.2, then 1.3 when d_1 is rejected
+    assert theory.finite_speedup("sync", 4, 0.5, 0.1, 0.2, steps=2) == pytest.approx(2 / (1.4 + 0.5 * 1.3))
+
+
+def test_finite_async_hand_values():
+    # s = 1 + j = 1.2. N = 1: the draft hides behind the target's step, one verdict after s
+    assert theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, steps=1) == pytest.approx(1 / 1.2)
+    # N = 2, chain γ = 1 (k = 2): d_1 rejected: s, then N = 1 again (s); accepted: the second verdict at s + c
+    assert theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, steps=2) == pytest.approx(2 / (0.5 * 2.4 + 0.5 * 1.3))
+    # N = 3: rejected at once: s + T(2) = 3.05; one accepted then rejected: s + c + T(1) = 2.5;
+    # both accepted (a full round of k = 2, no EOS): s + T(1) = 2.4
+    assert theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, steps=3) == pytest.approx(
+        3 / (0.5 * 3.05 + 0.25 * 2.5 + 0.25 * 2.4))
+    # windows of γ = 1 keep one step per round whatever the verdict: s per step, as the endless formula says
+    assert theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, width=2, steps=2) == pytest.approx(1 / 1.2)
+    # k = 3 >= ⌈s/c⌉ = 2: no depth limit, rounds run on to a rejection. N = 3 (α = .5, c = .5, s = 1):
+    # .5(1 + T(2)) + .25(1.5 + T(1)) + .125·2 + .125·2 with T(1) = 1, T(2) = 1.75
+    assert theory.finite_speedup("async", 2, 0.5, 0.5, steps=2) == pytest.approx(2 / 1.75)
+    assert theory.finite_speedup("async", 2, 0.5, 0.5, steps=3) == pytest.approx(3 / 2.5)
+
+
+@pytest.mark.parametrize("engine, depth, alpha, c, j, window", [
+    ("sync", 1, 0.6, 0.1, 0.06, False), ("sync", 2, 0.8, 0.1, 0.06, False), ("sync", 4, 0.7, 0.25, 0.2, False),
+    ("async", 1, 0.6, 0.1, 0.06, False), ("async", 4, 0.8, 0.1, 0.06, False), ("async", 3, 0.7, 0.1, 0.06, True),
+    ("async", 3, 0.6, 0.4, 0.1, False),  # k = 4 >= ⌈s/c⌉ = 3: the unlimited branch
+])
+def test_finite_speedup_matches_brute_force(engine, depth, alpha, c, j, window):
+    cost = (lambda b: 1.0) if engine == "async" else (lambda b: 1.0 + 0.1 * (b - 1))
+    for n in (1, 2, 3, 5, 9):
+        assert theory.finite_speedup(engine, depth, alpha, c, j, branch_cost=cost, window=window, steps=n) == \
+            pytest.approx(_enumerated_speedup(engine, depth, alpha, c, j, n, cost, window)), n
+
+
+@pytest.mark.parametrize("engine", ["sync", "async"])
+@pytest.mark.parametrize("depth, alpha, c, j, width", [
+    (1, 0.6, 0.1, 0.06, 1), (4, 0.8, 0.1, 0.06, 1), (2, 0.5, 0.05, 0.0, 1), (3, 0.9, 0.3, 0.2, 1),
+    (12, 0.7, 0.1, 0.06, 1), (3, 0.84, 0.1, 0.06, 2),
+])
+def test_finite_speedup_converges_to_the_endless_formula(engine, depth, alpha, c, j, width):
+    endless = theory.engine_speedup(engine, depth, alpha, c, j, width)
+    assert theory.finite_speedup(engine, depth, alpha, c, j, width, steps=2000) == pytest.approx(endless, rel=0.01)
+    if depth < 12:  # the end of a problem costs; at γ ≥ N the short drafts of the last rounds can save more
+        assert theory.finite_speedup(engine, depth, alpha, c, j, width, steps=12) < endless
+
+
+def test_finite_speedup_rejects_bad_values():
+    with pytest.raises(ValueError):
+        theory.finite_speedup("sync", 2, 0.5, 0.1, steps=0)
+    with pytest.raises(ValueError):
+        theory.finite_speedup("batch", 2, 0.5, 0.1, steps=4)
+    with pytest.raises(ValueError):
+        theory.finite_speedup("async", 2, 1.5, 0.1, steps=4)
+
+
+def test_bench_points_carry_the_n_step_theory():
+    from lookahead_reasoning.eval.bench import BenchPoint, _theory
+    from lookahead_reasoning.eval.bench_report import bench_table
+    from lookahead_reasoning.runtime.depth import depth_limit
+
+    j = 0.06
+    assert _theory("sync", 2, 0.7, 0.1, j, 1, 0.7, steps=12) == theory.finite_speedup("sync", 2, 0.7, 0.1, j, steps=12)
+    assert _theory("sync", 2, 0.7, 0.1, j, 1, 0.7) == theory.engine_speedup("sync", 2, 0.7, 0.1, j)  # unchanged
+    # adaptive: the best fixed γ for 12-step problems, which need not be the endless formula's best
+    best = max(theory.finite_speedup("async", d, 0.7, 0.1, j, steps=12) for d in range(1, 9))
+    assert _theory("async", "adaptive", 0.7, 0.1, j, 1, 0.7, steps=12) == best
+    assert _theory("async", "adaptive", 0.7, 0.1, j, 1, 0.7) == theory.best_depth("async", 0.7, 0.1, j)[1]
+    assert _theory("sync", "adaptive", 0.05, 0.6, 0.5, 1, 0.05, steps=12) == 1.0  # AR when nothing pays
+    # trees: the best over widths and γ, each width at the α of its W candidates, windows for async
+    tree = _theory("async", "adaptive", 0.84, 0.1, j, 2, 0.6, steps=12)
+    assert tree == pytest.approx(max(
+        theory.finite_speedup("async", d, 1 - 0.4**w, 0.1, j, w, window=True, steps=12)
+        for w in (1, 2) for d in range(1, depth_limit(8, w) + 1)))
+    assert tree < _theory("async", "adaptive", 0.84, 0.1, j, 2, 0.6)
+    point = BenchPoint(alpha=0.6, c=0.1, depth=2, width=1, engine="sync", measured_speedup=1.2, theory_speedup=1.6,
+                       ratio=0.75, finite_theory_speedup=1.5, finite_ratio=0.8, overhead_ms_per_round=5.0,
+                       prefix_hit_ratio=None, realized_alpha=0.6, ar_s=1.0, method_s=1.0, rounds=4)
+    header, _, row = bench_table([point]).splitlines()[:3]
+    cells = dict(zip([h.strip() for h in header.split("|")], [r.strip() for r in row.split("|")]))
+    assert cells["N-step theory"] == "1.50" and cells["N-step ratio"] == "0.80" and cells["ratio"] == "0.75"
