@@ -127,7 +127,7 @@ AR_STRETCH_STEPS = 8  # most steps an AR round writes in one request while AR wi
 AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the run stays responsive
 STRETCH_OVERHEAD = 0.02  # ...but more steps where a request's fixed cost would be more than this share of it
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
-PROBE_BACKOFF = 8  # the spacing doubles, up to this many times the budget's, while probes leave the model at AR
+PROBE_BACKOFF = 8  # fork probes' spacing doubles, up to this many times the budget's, while they leave the model at AR
 CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than AR rounds: run AR
 STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement of AR or drafting rounds ages
@@ -279,7 +279,7 @@ class AdaptiveDepth:
         self.ar_rounds = 0  # steps AR rounds wrote since the last probe (as observed: a stretch may end early)
         self._draft_freshness = 1.0  # how much the measured drafting rate has aged since its last round (1: none)
         self._lone_before_probe = False  # the lone step before a fork probe was planned
-        self._backoff = 1  # the probe spacing's multiple: doubled by each probe while the model plans AR
+        self._backoff = 1  # the fork probes' spacing multiple: doubled by each fork probe while the model plans AR
         self.drafting_rounds = 0  # drafting rounds since the last AR check
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.draft_slots = 1  # how many of those may be in a drafting round at once (rationing, see the docstring)
