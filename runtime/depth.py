@@ -43,7 +43,11 @@ so its spacing, in AR steps, counts them all.
 The model can miss costs (a client that runs out of CPU under load, a server that is
 sublinear where the fit is linear), so the rounds themselves are the last word: when the
 rounds that drafted advanced measurably slower (tokens per second) than AR rounds, it
-runs AR whatever the model says. Each kind's measurement ages as rounds of the other kind go by
+runs AR whatever the model says. A drafting round of a forking engine (sync, async windows) costs
+the same whatever its verdicts, so it counts the tokens a round of its shape keeps on average at
+α̂, not what its luck kept: the rates then measure costs, and α̂ alone carries acceptance. (Counting
+what they kept, a few unlucky early rounds at slope 0 × 4 sync read 0.57 of AR's rate and held the
+runs at AR for the whole benchmark, where fixed γ = 2 gained 1.18×.) Each kind's measurement ages as rounds of the other kind go by
 (`STALE_FORGET` per round of each run), so that the next round of that kind weighs more. While
 AR runs, drafting is measured by the drafted probes alone. A probe of a run alone (no other run
 shares the policy) after AR rounds renews the drafting rate: what it held counts at most
@@ -588,18 +592,29 @@ class AdaptiveDepth:
         """Add a timed round to the measured rate of its kind ("ar" or "draft"); called under the lock."""
         other = "ar" if kind == "draft" else "draft"
         tokens, seconds = self._rates.get(kind, (0.0, 0.0))
+        kept = self._luck_free_tokens(record) if kind == "draft" else record.output_tokens
         weight = forget
         if kind == "draft" and runs <= 1 and self._draft_freshness < STALE_RENEW and seconds > 0:
             # a run's drafted probe after AR rounds: what drafting measured before was at another time (maybe
             # under another load)
             weight = min(forget, STALE_WEIGHT * record.wall_s / seconds)
-        self._rates[kind] = (weight * tokens + record.output_tokens, weight * seconds + record.wall_s)
+        self._rates[kind] = (weight * tokens + kept, weight * seconds + record.wall_s)
         self._rounds_timed[kind] = self._rounds_timed.get(kind, 0) + 1
         # what the other kind measured grows stale: its rate stands, but the next round of that kind weighs more
         stale = per_run(STALE_FORGET, runs)
         if other in self._rates:
             self._rates[other] = tuple(stale * value for value in self._rates[other])
         self._draft_freshness = 1.0 if kind == "draft" else self._draft_freshness * stale
+
+    def _luck_free_tokens(self, record: RoundRecord) -> float:
+        """The tokens a drafting round counts in the measured rate: what a round of its shape keeps on average
+        at α̂, where its time does not depend on its verdicts (a fork: sync, or async windows), so that the
+        rates measure what rounds cost and α̂ alone carries acceptance. What it kept where its time grows with
+        its luck (the async chain pipeline runs on while accepted) or the end of its problem cut it short."""
+        if not self._forks_itself or record.finished or not record.kept:
+            return float(record.output_tokens)
+        per_step = record.output_tokens / len(record.kept)
+        return per_step * round_steps(self.mode, record.depth, min(self.alpha_at(record.width), 0.999), self._window)
 
     def _ration(self) -> None:
         """After a timed drafting round: twice the runs may draft at once while drafting rounds measure at least
