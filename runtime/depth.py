@@ -433,10 +433,12 @@ class AdaptiveDepth:
     def probe_spacing(self) -> int:
         """AR steps between probes: what keeps a probe's loss against AR within PROBE_BUDGET; for fork probes
         times the backoff (fork probes in a row after which the model still planned AR space the next further)."""
-        return min(PROBE_SPACING[1], self._budget_spacing() * (self._backoff if self._probe_is_a_fork() else 1))
+        fork = self._probe_is_a_fork()
+        return min(PROBE_SPACING[1], self._budget_spacing(fork) * (self._backoff if fork else 1))
 
-    def _budget_spacing(self) -> int:
-        if self._probe_is_a_fork():
+    def _budget_spacing(self, fork: bool) -> int:
+        """AR steps between probes that keeps their loss within PROBE_BUDGET (`fork`: fork probes)."""
+        if fork:
             # a share of the step twice against once, and two more requests' fixed cost: the lone step
             # before the probe and the probe's fork, where a stretch would have written both steps
             share = self.costs.request_share(self._concurrency())

@@ -635,7 +635,7 @@ def test_probe_spacing_bounds_the_probe_cost(mode):
     assert alpha == pytest.approx(0.5, abs=0.05) and speedup < 0.95
     assert steps * (1 / speedup - 1) / policy.probe_spacing() <= PROBE_BUDGET + 1e-9
     policy._backoff = PROBE_BACKOFF  # as after fork probes that kept finding AR
-    assert policy.probe_spacing() == policy._budget_spacing()  # drafted probes keep the budget's spacing: α̂ needs them
+    assert policy.probe_spacing() == policy._budget_spacing(fork=False)  # drafted probes keep the budget's spacing: α̂ needs them
 
 
 def test_costs_are_saved_per_server_set_and_a_bad_file_starts_afresh(tmp_path):
@@ -765,7 +765,7 @@ def test_probes_that_keep_finding_ar_are_spaced_further_and_drafting_resets_the_
         if plan.probe_tokens:
             gaps.append(steps)
             steps = 0
-    base = policy._budget_spacing()
+    base = policy._budget_spacing(fork=True)
     late = AR_STRETCH_STEPS + 2  # a probe comes at most a stretch (and the lone step before it) late
     # the cold start's probe, then one at the budget's spacing; each probe that left the plan at AR doubles
     # the spacing, up to PROBE_BACKOFF times the budget's
@@ -774,7 +774,7 @@ def test_probes_that_keep_finding_ar_are_spaced_further_and_drafting_resets_the_
     assert max(gaps) <= PROBE_BACKOFF * base + late and gaps[-1] >= PROBE_BACKOFF * base
     _learn(policy, lambda n: 1.0, rounds=200)  # the branches turned free: a probe sees it, and the plan drafts
     assert policy.cost_estimate().planned_depth >= 3
-    assert policy.probe_spacing() == policy._budget_spacing()  # back to the budget's spacing
+    assert policy.probe_spacing() == policy._budget_spacing(fork=False)  # back to the budget's spacing
 
 
 def test_the_round_that_measures_the_draft_forks_no_branch_after_it():
