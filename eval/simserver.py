@@ -4,7 +4,7 @@ A CPU cannot show a GPU's latency structure (a batch of γ decodes costs about a
 as one), so scheduler benchmarks run the real runtime and programs, over real HTTP,
 against this server. It speaks the part of SGLang's API that the frontend's
 `RuntimeEndpoint` uses: `/generate` (single or batched `text`, the prefix commit with
-`max_new_tokens` 0, stop strings and SGLang's `finish_reason` shapes, regex-constrained
+`max_new_tokens` 0, stop strings and SGLang's `finish_reason` shapes, `e2e_latency`, regex-constrained
 yes/no answers with `output_top_logprobs`, `input_token_logprobs` for `select`),
 `/model_info`, `/get_model_info`, `/flush_cache` and `/health`.
 
@@ -221,6 +221,7 @@ class SimEngine:
     async def _one(self, body: dict) -> dict:
         s = self.state
         s.requests += 1
+        received = time.perf_counter()
         params = body.get("sampling_params") or {}
         s.last_sampling = params
         prompt = body.get("text") or ""
@@ -245,6 +246,7 @@ class SimEngine:
             "prompt_tokens": len(prompt_tokens),
             "completion_tokens": len(out_tokens) + (1 if reason.get("matched") == EOS_ID else 0),
             "cached_tokens": cached,
+            "e2e_latency": time.perf_counter() - received,
         }
         if body.get("return_logprob"):
             start = int(body.get("logprob_start_len") or 0)

@@ -7,6 +7,7 @@ This module does not import SGLang, so the runtime's data types load without it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,6 +29,7 @@ class StepOutput:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    server_s: float | None = None  # the server's own time for the request (SGLang's e2e_latency), where it says
 
     @property
     def complete(self) -> bool:
@@ -84,4 +86,12 @@ def read_step(text: str, meta: dict, delimiter: str | None) -> StepOutput:
         prompt_tokens=int(meta.get("prompt_tokens", 0)),
         completion_tokens=int(meta.get("completion_tokens", 0)),
         cached_tokens=int(meta.get("cached_tokens", 0)),
+        server_s=_seconds(meta.get("e2e_latency")),
     )
+
+
+def _seconds(value: object) -> float | None:
+    """A server-reported duration, or None where it is missing or not a non-negative number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        return None
+    return float(value)

@@ -16,7 +16,12 @@ this model have in flight), and o, t₁ and u are fitted, each ≥ 0, by forgett
 squares per token: of T/L on (1, 1/L, a − 1), within the bounds (s ≤ MAX_SLOPE) and, where the
 recent loads barely vary, with the time alone from a slower fit (`_least_squares`). Without o, short steps would look
 slower per token than long ones, and that noise would swamp u; o is fitted only where
-requests' lengths vary enough to tell it from t₁. For a step of L̄ tokens (the mean) alone, S = o + L̄ t₁, the
+requests' lengths vary enough to tell it from t₁. Where the server reports its own time for a request
+(SGLang's `e2e_latency`), that is what is fitted, and the client's share of a request (HTTP, the
+frontend's threads: its time less the server's) is a forgetting mean added to o: a client short of CPU
+under many runs takes longer per request the more requests it has in flight, which a fit of its timings
+reads as slope (traced in `bench --load` at 4 runs on 2 cores: s = 1.0 on a server that batches for free,
+and every run stayed at AR where drafting gained 1.3×). For a step of L̄ tokens (the mean) alone, S = o + L̄ t₁, the
 slope s = u L̄ / S is what one more request in flight adds to it (s ≈ 1: linear). The
 branch cost the theory needs follows: when C runs share the servers and all follow this
 policy, a fork of n branches costs
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import threading
 from pathlib import Path
 
@@ -53,7 +59,8 @@ TIE = 1e-9  # fits whose mean squared errors differ by less than this times ȳ²
 MIN_LENGTH_SPREAD = 0.2  # steps' lengths vary at least this much (std / mean) for a fixed cost o to be fitted
 SLOW_FORGET = 0.98  # per round of each run: the fit that the time alone comes from where the load barely varies
 MIN_LOAD_SPREAD = 0.05  # requests' loads vary at least this much, std / mean of (1 + x), for the slope to be fitted
-MOMENTS = ("1*i", "1*x", "i*i", "i*x", "x*x", "1*y", "i*y", "x*y")  # of y = T/L on (1, i = 1/L, x); 1*1 is 1
+MAX_SLOPE_ERROR = 0.1  # the slope's standard error (in s) under which a fit over barely varying loads is trusted
+MOMENTS = ("1*i", "1*x", "i*i", "i*x", "x*x", "1*y", "i*y", "x*y", "y*y")  # of y = T/L on (1, i = 1/L, x); 1*1 is 1
 KEEP_SERVER_SETS = 20  # server sets whose costs the cache file keeps
 
 
@@ -116,6 +123,8 @@ class CostModel:
         self._moments = {name: _Average() for name in MOMENTS}
         self._slow_moments = {name: _Average() for name in MOMENTS}  # the same, forgetting at SLOW_FORGET
         self._alone = _Average()  # seconds per token of requests with nothing else in flight (x = 0)
+        self._client = _Average()  # a target request's seconds in the client beyond the server's own time
+        self._server_timed = _Average()  # the share of target requests timed by the server, forgetting slowly
         self._draft = _Average()
         self._judge = _Average()  # seconds per round / B(pairs)
         self._step_tokens = _Average()
@@ -124,7 +133,7 @@ class CostModel:
 
     def _averages(self) -> dict[str, _Average]:
         return {**self._moments, **{f"slow {name}": avg for name, avg in self._slow_moments.items()},
-                "alone": self._alone,
+                "alone": self._alone, "client": self._client, "server timed": self._server_timed,
                 "draft": self._draft, "judge": self._judge, "step_tokens": self._step_tokens}
 
     def state(self) -> dict:
@@ -148,25 +157,31 @@ class CostModel:
     # -- observations ---------------------------------------------------------------
     def observe_target(
         self, branches: int, seconds: float, longest_tokens: int, others: float = 0.0, steps: int = 1,
-        runs: float = 1.0,
+        runs: float = 1.0, server_seconds: float | None = None,
     ) -> None:
         """A fork of `branches` target requests took `seconds`, its longest branch wrote `longest_tokens`,
         while about `others` more target requests were in flight on average (other runs', or the fork's
         branches that were shorter than the longest, for the share of its tokens they ran beside it).
         `steps` > 1: a request that wrote that many steps at once (an AR stretch): its time per token
-        counts, but not its length as a step's. `runs`: the runs sharing the model (forgetting is per run's round)."""
+        counts, but not its length as a step's. `runs`: the runs sharing the model (forgetting is per run's round).
+        `server_seconds`: the same as the server timed it, where it says; then the fit is of the server's
+        time, and the client's share (`seconds` less it) is a fixed cost of its own."""
         if branches < 1 or seconds <= 0 or longest_tokens < 1:
             return
+        timed = server_seconds if server_seconds is not None and 0 < server_seconds else None
         x, tokens = branches - 1 + max(0.0, others), float(longest_tokens)
-        r = {"1": 1.0, "i": 1.0 / tokens, "x": x, "y": seconds / tokens}
+        r = {"1": 1.0, "i": 1.0 / tokens, "x": x, "y": (timed or seconds) / tokens}
         forget, slow = per_run(self.forget, runs), per_run(SLOW_FORGET, runs)
         with self._lock:
+            if timed is not None:
+                self._client.add(max(0.0, seconds - timed), forget)
+            self._server_timed.add(float(timed is not None), slow)
             for name in MOMENTS:
                 a, b = name.split("*")
                 self._moments[name].add(r[a] * r[b], forget)
                 self._slow_moments[name].add(r[a] * r[b], slow)
             if x == 0:
-                self._alone.add(seconds / tokens, forget)
+                self._alone.add(r["y"], forget)
             self._fitted = None
             if steps == 1:
                 self._step_tokens.add(longest_tokens, forget)
@@ -188,7 +203,8 @@ class CostModel:
         in flight, and a request's fixed seconds;
         None where the data cannot tell. Solved once per target observation: a plan asks for it often."""
         if self._fitted is None:
-            self._fitted = self._least_squares()
+            t1, per_request, overhead = self._least_squares()
+            self._fitted = t1, per_request, overhead + (self._client.value or 0.0)
         return self._fitted
 
     def _least_squares(self) -> tuple[float | None, float | None, float]:
@@ -211,10 +227,11 @@ class CostModel:
         sloped = self._load_variance(m) >= 1e-9
         if not sloped and m["1*x"] >= 1e-9:  # every request saw the same load, and not alone
             return None, None, 0.0
-        if not sloped or self._load_spread(m):
+        if not sloped or self._slope_measured(m, self._moments):
             return self._constrained(m, sloped)
         slow = self._values(self._slow_moments)
-        t1, per_request, overhead = self._constrained(slow, True) if self._load_spread(slow) else (None, None, 0.0)
+        t1, per_request, overhead = (self._constrained(slow, True) if self._slope_measured(slow, self._slow_moments)
+                                     else (None, None, 0.0))
         if t1 is None:
             return self._constrained(m, True, slope=1.0)
         if m["1*x"] < 1.0:  # beside less than one other request on average, the level says little about u
@@ -235,6 +252,42 @@ class CostModel:
     def _load_spread(cls, m: dict[str, float]) -> bool:
         """Whether the requests' loads varied enough to fit the slope from them."""
         return cls._load_variance(m) >= MIN_LOAD_SPREAD ** 2 * (1.0 + m["1*x"]) ** 2
+
+    def _slope_measured(self, m: dict[str, float], moments: dict[str, _Average]) -> bool:
+        """Whether the slope can be fitted from these moments: the loads varied enough, or, where they barely
+        did (many runs always in flight, and fork probes whose short branch adds a quarter of a request), the
+        times were steady enough that the slope's standard error is under MAX_SLOPE_ERROR, and it does not
+        fall with the load. The error assumes noise independent of the load: only where the recent
+        requests were all timed by the server; a client slows with the requests it has in flight."""
+        if self._load_spread(m):
+            return True
+        if (self._server_timed.value or 0.0) < 1.0 - 1e-9:  # a client's noise may line up with the load
+            return False
+        slope, error = self._plain_slope(m, moments["1*y"].weight)
+        return error <= MAX_SLOPE_ERROR and slope >= -MAX_SLOPE_ERROR
+
+    def _plain_slope(self, m: dict[str, float], count: float) -> tuple[float, float]:
+        """The slope s of the ordinary least squares of y on (1, x, and 1/L where the lengths vary), unbounded,
+        and its standard error, from the moments of `count` (forgetting-weighted) observations; (nan, inf)
+        where they cannot tell."""
+        unknown = math.nan, math.inf
+        names = ["1", "x"] + (["i"] if m["i*i"] - m["1*i"] ** 2 >= MIN_LENGTH_SPREAD ** 2 * m["1*i"] ** 2 else [])
+        if count <= len(names):
+            return unknown
+        matrix = np.array([[self._moment(m, a, b) for b in names] for a in names])
+        vector = np.array([self._moment(m, a, "y") for a in names])
+        try:
+            inverse = np.linalg.inv(matrix)
+        except np.linalg.LinAlgError:
+            return unknown
+        theta = inverse @ vector
+        residual = max(0.0, m["y*y"] - float(theta @ vector)) * count / (count - len(names))  # per observation
+        variance = residual / count * inverse[1, 1]
+        tokens = self._mean_tokens(m)
+        alone = tokens * theta[0] + (theta[2] if len(names) == 3 else 0.0)  # a mean step alone, seconds
+        if not (variance >= 0 and alone > 0):
+            return unknown
+        return theta[1] * tokens / alone, math.sqrt(variance) * tokens / alone
 
     def _mean_tokens(self, m: dict[str, float]) -> float:
         return self._step_tokens.value or 1.0 / m["1*i"]

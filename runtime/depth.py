@@ -567,7 +567,7 @@ class AdaptiveDepth:
             if record.target_tokens_all:  # a branch shorter than the longest ran beside it for part of its time
                 others += (record.target_tokens_all - record.target_tokens) / record.target_tokens
             self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps,
-                                      runs=runs)
+                                      runs=runs, server_seconds=record.target_server_s)
         self.costs.observe_draft(record.draft_s, record.draft_tokens, runs)
         if not record.depth and not record.probe_tokens:
             with self._lock:

@@ -77,6 +77,17 @@ def render_prompt(models: StepModels, question: str) -> str:
         raise target_failed(error) from None
 
 
+def longest_server_s(steps: list[StepOutput]) -> float | None:
+    """A fork's time as its server saw it: its longest request's; None unless every request's time is known."""
+    times = [step.server_s for step in steps]
+    return None if not times or None in times else max(times)
+
+
+def mean_server_s(times: list[float | None]) -> float | None:
+    """The mean of requests' server times; None unless every one is known."""
+    return None if not times or None in times else statistics.mean(times)
+
+
 class _Run:
     """The state of one run: text so far, statistics, round log."""
 
@@ -191,7 +202,7 @@ class Engine:
         return self._finish_round(
             run, walk, depth=0, judged=[], started=started, draft_s=0.0, target_s=time.perf_counter() - t1,
             judge_s=0.0, branches=1, target_tokens=output.completion_tokens, draft_tokens=0, target_steps=len(steps),
-            target_tokens_all=output.completion_tokens, target_others=load.others,
+            target_tokens_all=output.completion_tokens, target_others=load.others, target_server_s=output.server_s,
         )
 
     def _verify_round(
@@ -242,7 +253,8 @@ class Engine:
                 )
                 for i in judged_nodes
             ],
-            started=started, draft_s=draft_s, target_s=t2 - t1, judge_s=t3 - t2, branches=len(branches),
+            started=started, draft_s=draft_s, target_s=t2 - t1, target_server_s=longest_server_s(targets),
+            judge_s=t3 - t2, branches=len(branches),
             target_tokens=max(t.completion_tokens for t in targets[: len(branches)]),
             target_tokens_all=sum(t.completion_tokens for t in targets), target_others=load.others,
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
@@ -254,13 +266,14 @@ class Engine:
         self, run: _Run, walk: AcceptanceWalk, *, depth: int, judged: list[JudgedDraft], started: float,
         draft_s: float, target_s: float, judge_s: float, branches: int, target_tokens: int, draft_tokens: int,
         probe_tokens: int = 0, target_steps: int = 1, width: int = 1, target_tokens_all: int = 0,
-        target_others: float | None = None, measuring: bool = False,
+        target_others: float | None = None, measuring: bool = False, target_server_s: float | None = None,
     ) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
         record = RoundRecord(
             index=len(run.log), depth=depth, judged=judged, accepted=walk.accepted, positions=walk.positions,
             kept=walk.kept, finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos", started=started,
-            draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=time.perf_counter() - started,
+            draft_s=draft_s, target_s=target_s, target_server_s=target_server_s, judge_s=judge_s,
+            wall_s=time.perf_counter() - started,
             branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, probe_tokens=probe_tokens,
             target_steps=target_steps, width=width, target_tokens_all=target_tokens_all,
             output_tokens=sum(step_tokens(o) for o in walk.outputs), target_others=target_others, measuring=measuring,
@@ -353,6 +366,7 @@ class AsyncEngine(Engine):
                 record = self._finish_round(
                     run, walk, depth=plan.depth, judged=judged, started=started, draft_s=sum(pipe.draft_times),
                     target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
+                    target_server_s=mean_server_s(pipe.target_server_times),
                     judge_s=judge_s / max(1, len(judged)), branches=len(pipe.target_times),
                     target_tokens=round(statistics.mean(pipe.target_tokens)) if pipe.target_tokens else 0,
                     draft_tokens=sum(pipe.draft_tokens),

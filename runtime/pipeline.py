@@ -45,6 +45,7 @@ class ChainPipeline:
         self.draft_times: list[float] = []
         self.draft_tokens: list[int] = []
         self.target_times: list[float] = []
+        self.target_server_times: list[float | None] = []  # the same as the server timed them, where it says
         self.target_tokens: list[int] = []
         self.target_others: list[float] = []  # target requests in flight beside each (its siblings included)
         self.draft_error: BaseException | None = None
@@ -71,6 +72,7 @@ class ChainPipeline:
                 return
             self.target_others.append(load.others)
             self.target_times.append(time.perf_counter() - t0)
+            self.target_server_times.append(step.server_s)
             self.target_tokens.append(step.completion_tokens)
             future.set_result(step)
 

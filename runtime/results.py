@@ -41,6 +41,9 @@ class RoundRecord(BaseModel):
     started: float  # time.perf_counter() at the start of the round
     draft_s: float  # time spent drafting this round's window (overlapped with the previous round when async)
     target_s: float
+    # the same as the target server timed it (the longest of its requests, SGLang's e2e_latency; None where a
+    # server did not say): without the client's own time, which grows with the runs that share its CPU
+    target_server_s: float | None = None
     judge_s: float
     wall_s: float
     branches: int = 0  # target requests of the round (the fork's width)

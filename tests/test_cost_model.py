@@ -1,6 +1,7 @@
 """The online cost model on scripted timings, and the adaptive policy that plans with it."""
 
 import queue
+import random
 import threading
 from contextlib import contextmanager
 
@@ -177,6 +178,28 @@ def test_requests_all_at_one_high_load_read_the_slope_as_linear():
     assert model.branch_cost(2, concurrency=64) == pytest.approx(2.0, abs=0.02)
 
 
+def _four_runs_always_in_flight(model, slope, noise):
+    """Four runs that stay at AR on a server timing its own requests (t₁ = 5 ms, o = 5 ms): every request
+    beside about 3 others, lone steps, 8-step stretches, and fork probes whose 4-token branch adds a quarter of
+    a request beside a step; `noise`: each request's time off by up to this share, drawn independently."""
+    draws = random.Random(3)
+    rounds = [(16, 3.0), (136, 3.0), (16, 3.25), (136, 2.9), (16, 3.1), (119, 3.0)] * 4
+    for tokens, others in rounds:
+        server_s = (0.005 + tokens * 0.005 * (1 + slope * others)) * (1 + noise * draws.uniform(-1, 1))
+        model.observe_target(1, server_s + 0.004, tokens, others=others, steps=max(1, tokens // 16),
+                             runs=4, server_seconds=server_s)
+    return model.estimate(4)
+
+
+@pytest.mark.parametrize("slope, noise, low, high", [(0.0, 0.01, 0.0, 0.1), (1.0, 0.01, 0.8, 1.5), (0.0, 0.2, 0.8, 1.5)])
+def test_steady_server_times_tell_the_slope_where_the_load_barely_varies(slope, noise, low, high):
+    """Loads of 2.9 to 3.25 others vary too little for a client's timings, whose noise may line up with the
+    load (the tests above). The server's own times are steady enough: their slope's standard error is small,
+    and the fit stands; where they scatter (20 %), it cannot tell, and the slope reads linear, the safe side."""
+    estimate = _four_runs_always_in_flight(CostModel(), slope, noise)
+    assert low <= estimate.branch_slope <= high  # linear: 0.9 of a step that includes the client's 4 ms
+
+
 def test_at_one_high_load_the_time_alone_comes_from_the_lighter_load_seen_before():
     model = CostModel()
     for others in (0, 1, 3, 0, 2, 4, 0, 1) * 2:  # lighter, varied load first: t₁ = 5 ms, linear
@@ -219,6 +242,28 @@ def test_a_fixed_cost_per_request_is_fitted_so_step_length_does_not_fake_a_slope
     assert estimate.request_overhead_s == pytest.approx(1.0)
     assert estimate.branch_slope == pytest.approx(mean * 0.4 / (1.0 + mean * 0.4))  # of the whole step
     assert model.branch_cost(2) == pytest.approx((1.0 + mean * 0.4 * 2) / (1.0 + mean * 0.4))
+
+
+def test_the_server_time_is_fitted_so_a_client_slowing_under_load_does_not_fake_a_slope():
+    """A server that batches for free (5 ms/token at any load) timed by a client that takes 2 ms more per
+    request in flight beside it (threads on a few cores): the client's times read as a slope, the
+    server's as none, and the client's share of a request becomes part of its fixed cost."""
+    def observe(model, server_time):
+        for others in (0, 1, 2, 3, 0.5, 2.5) * 4:
+            server_s = 16 * 0.005
+            client_s = server_s + 0.002 * (1 + others)
+            model.observe_target(1, client_s, 16, others=others, server_seconds=server_s if server_time else None)
+        return model.estimate()
+
+    client, server = observe(CostModel(forget=1.0), False), observe(CostModel(forget=1.0), True)
+    assert client.branch_slope > 0.01
+    assert server.branch_slope == pytest.approx(0.0, abs=1e-9) and server.target_s_per_token == pytest.approx(0.005)
+    assert server.request_overhead_s == pytest.approx(0.002 * (1 + 1.5))  # the client's mean share
+    # a server time that is missing or longer than the client's (clocks apart) leaves the client's share at 0
+    model = CostModel(forget=1.0)
+    model.observe_target(1, 0.08, 16, server_seconds=0.09)
+    model.observe_target(1, 0.08, 16, server_seconds=None)
+    assert model.estimate().request_overhead_s == pytest.approx(0.0)
 
 
 def test_a_forks_branches_count_by_their_tokens():

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from scripted import DELIM, ScriptedJudge, ScriptedModels
 
 from lookahead_reasoning.programs.judge import JudgeAnswer, p_yes_from_top_logprobs
-from lookahead_reasoning.programs.step_types import StepOutput
+from lookahead_reasoning.programs.step_types import StepOutput, read_step
 from lookahead_reasoning.runtime.acceptance import AcceptanceWalk
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.baseline import run_baseline
@@ -24,6 +24,14 @@ TARGET = ["we add 2 and 3", "that gives 5", "so the answer is \\boxed{5}"]
 def engine(models, judge=None, **config):
     verifier = FastPathVerifier(judge or ScriptedJudge())
     return SyncEngine(LookaheadConfig(**config), models, verifier)
+
+
+@pytest.mark.parametrize("latency, seconds", [(0.25, 0.25), (3, 3.0), (None, None), ("0.2", None), (-1.0, None),
+                                              (float("nan"), None), (float("inf"), None), (True, None)])
+def test_a_steps_server_time_is_read_only_where_it_is_a_duration(latency, seconds):
+    meta = {"finish_reason": {"type": "length", "length": 4}, "completion_tokens": 4}
+    step = read_step("a b c d", meta | ({} if latency is None else {"e2e_latency": latency}), DELIM)
+    assert step.server_s == seconds
 
 
 def test_all_steps_accepted_in_one_round():

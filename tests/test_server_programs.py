@@ -34,6 +34,16 @@ def test_target_fork_branches_reuse_the_cached_prefix(reasoner):
         assert out.cached_tokens > 0.8 * out.prompt_tokens  # the shared prefix was prefilled once
 
 
+def test_the_server_reports_its_own_time_for_each_request_and_rounds_record_it(reasoner):
+    """SGLang's meta_info carries e2e_latency; the cost model fits it (cost_model.py), so a fork's record holds
+    the longest branch's server time, a part of the round's time in the client."""
+    models = reasoner.connection.models
+    outputs = models.target(models.prompt(QUESTION), ["", STEP_1])
+    assert all(out.server_s is not None and out.server_s > 0 for out in outputs)
+    round_ = reasoner.run(QUESTION).round_log[1]
+    assert 0 < round_.target_server_s <= round_.target_s
+
+
 def test_stop_string_is_trimmed_by_sglang_and_re_appended(reasoner, tiny_endpoints):
     backend = LookaheadEndpoint(tiny_endpoints.target.url, chat_template="chatml")
     prompt = reasoner.connection.models.prompt(QUESTION)

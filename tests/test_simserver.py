@@ -72,6 +72,7 @@ def test_batched_text_commit_eos_and_cache(sims):
     assert whole["meta_info"]["cached_tokens"] > 0
     capped = requests.post(url + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 3}}).json()
     assert capped["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
+    assert capped["meta_info"]["e2e_latency"] >= 3 * 0.002  # SGLang's server-side time: 3 ticks of 2 ms at least
 
 
 def test_judge_is_deterministic_and_answers_yes_or_no(sims):
@@ -130,6 +131,8 @@ def test_engines_with_the_judge_keep_a_consistent_trace(sims, engine, width):
         if step.source == "draft":
             assert step.verifier_score == pytest.approx(0.95)  # kept only on a yes
     assert 0 < result.stats.draft_steps_accepted <= result.stats.draft_steps_judged
+    # every round's target time as the server saw it, within the client's (cost_model.py fits the server's)
+    assert all(0 < r.target_server_s <= r.target_s for r in result.round_log)
 
 
 def test_a_failing_draft_server_degrades_to_the_target(sims):
