@@ -68,7 +68,7 @@ class CostEstimate(BaseModel):
     """The model's current estimates (`stats.cost_model`); None where it has no data yet."""
 
     target_s_per_token: float | None = None
-    request_overhead_s: float | None = None  # o: a target request's fixed seconds
+    request_overhead_s: float | None = None  # o: a target request's fixed seconds, the client's share included
     branch_cost: dict[int, float] = {}  # B(n) for a few widths n, at `concurrency`
     branch_slope: float | None = None  # s: a mean step's extra time per extra concurrent request, over its time alone
     concurrency: float = 1.0  # runs sharing the servers when the estimate was made
