@@ -334,17 +334,27 @@ class AdaptiveDepth:
         """Whether the async engine pipelines windows (a tree config, at any width) rather than steps."""
         return self.mode == "async" and self.width > 1
 
-    def _speedup(self, depth: int, width: int, alpha: float, c: float, judge: float) -> float:
+    def _speedup(self, depth: int, width: int, alpha: float, c: float, judge: float,
+                 ar_step: float | None = None) -> float:
+        """The expected speedup of a round of (γ, W) over AR as this policy runs it (`_ar_step`)."""
         return engine_speedup(self.mode, depth, alpha, c, judge, width, self._branch_cost, self.max_nodes,
-                              self._window)
+                              self._window) * (self._ar_step() if ar_step is None else ar_step)
+
+    def _ar_step(self) -> float:
+        """The time of an AR step as AR rounds write it, over a target step's S = o + L̄·t: the theory prices AR
+        at S a step, but AR here writes stretches of k steps, which pay the request's fixed cost o once,
+        (o/k + L̄·t)/S = 1 − (o/S)(1 − 1/k). Where o is a large share of a step (a client short of CPU under
+        64 runs: o ≈ half a step), the theory against AR at S overstated drafting by 1.45×."""
+        steps = self._stretch(None)[0]
+        return 1.0 - self.costs.request_share(self._concurrency()) * (1.0 - 1.0 / steps)
 
     def _best(self, width: int, alpha: float, c: float, judge: float | None = None) -> tuple[int, float]:
         """(γ, speedup) at `width`; `judge` None: j from the cost model for each γ's pairs."""
-        best = (0, 1.0)
+        best, ar_step = (0, 1.0), self._ar_step()
         for depth in range(1, depth_limit(self.max_depth, width) + 1):
             j = judge if judge is not None else self.costs.judge_cost(
                 tree_branches(depth, width, self.max_nodes) - 1, self._concurrency())
-            s = self._speedup(depth, width, alpha, c, j)
+            s = self._speedup(depth, width, alpha, c, j, ar_step)
             if s > best[1] + 1e-12:
                 best = (depth, s)
         return best

@@ -380,6 +380,32 @@ def test_where_a_request_costs_as_much_as_a_step_ar_stretches_grow_to_keep_that_
     assert share(waiting) <= RATIONED_OVERHEAD + 1e-9 < share(waiting - 1)
 
 
+def test_drafting_is_priced_against_ar_as_it_runs_in_stretches_that_pay_the_fixed_cost_once():
+    """The theory prices an AR step at S = o + L̄·t₁; AR rounds here write stretches of k steps that pay o once.
+    Free branches, c = 0.2, no verifier cost, α = ½: a γ = 1 round beats AR at S by 1.5 / 1.2 = 1.25×. Where
+    o is as long as the step's tokens (a client short of CPU), AR runs at (o/k + L̄·t₁)/S, about half of S,
+    and drafting loses: AR."""
+    def policy_with(overhead):
+        costs = CostModel(forget=1.0)
+        for tokens in (10, 20, 40, 80) * 3:
+            for others in (0, 1):  # a server that batches for free
+                costs.observe_target(1, overhead + tokens * T, tokens, others=others)
+        step = overhead + costs.estimate().step_tokens * T
+        costs.observe_draft(0.2 * step, costs.estimate().step_tokens)  # c = 0.2
+        policy = AdaptiveDepth("sync", initial=2, max_depth=1, costs=costs)
+        policy._tallies[1] = (50.0, 50.0)
+        return policy, policy.cost_estimate()
+
+    policy, estimate = policy_with(0.0)
+    assert estimate.planned_depth == 1 and estimate.expected_speedup == pytest.approx(1.5 / 1.2, rel=0.01)
+    policy, estimate = policy_with(37.5 * T)  # the mean step's tokens take as long
+    steps = policy._stretch(None)[0]
+    share = estimate.request_overhead_s / (estimate.request_overhead_s + estimate.step_tokens * T)
+    assert share == pytest.approx(0.5, rel=0.05) and steps > AR_STRETCH_STEPS
+    assert estimate.planned_depth == 0  # drafting would advance at 1.25 × (1 − share · (1 − 1/k)) of AR
+    assert policy._best(1, 0.5, 0.2, 0.0)[1] == 1.0
+
+
 def _learn_widths(policy, branch_cost, acceptance, rounds=60):
     """Rounds at the widths the policy picks; `acceptance[w]` = (accepted, decided) positions per round."""
     widths = []
