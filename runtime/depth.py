@@ -289,6 +289,7 @@ class AdaptiveDepth:
         self.drafting_rounds = 0  # drafting rounds since the last AR check
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.draft_slots = 1  # how many of those may be in a drafting round at once (rationing, see the docstring)
+        self._slots_changed = -math.inf  # time.perf_counter() when draft_slots last changed
         self._drafting: set[int] = set()  # the threads of the runs whose round in flight drafts
         self._probe_claim: int | None = None  # the thread of the run whose first round put off a due probe
         self.target_load = TargetLoad()  # the target requests in flight across those runs
@@ -596,7 +597,7 @@ class AdaptiveDepth:
             with self._lock:
                 self._time_rate("draft" if record.depth else "ar", record, forget, runs)
                 if record.depth:
-                    self._ration()
+                    self._ration(record.started)
         if record.judged:
             pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)
             self.costs.observe_judge(pairs, record.judge_s, runs)
@@ -636,16 +637,23 @@ class AdaptiveDepth:
         per_step = record.output_tokens / len(record.kept)
         return per_step * round_steps(self.mode, record.depth, min(self.alpha_at(record.width), 0.999), self._window)
 
-    def _ration(self) -> None:
-        """After a timed drafting round: twice the runs may draft at once while drafting rounds measure at least
-        GAIN_TO_WIDEN against AR rounds (up to every run), half as many once they lose; called under the lock."""
+    def _ration(self, started: float) -> None:
+        """After a timed drafting round that began at `started` (time.perf_counter()): twice the runs may draft
+        at once while drafting rounds measure at least GAIN_TO_WIDEN against AR rounds (up to every run), half
+        as many once they lose; called under the lock. Only a round that began after the last change widens
+        again: rounds measured among fewer drafting runs say little of more (they get more than their share
+        of the client), and at slope 0 × 16 async the slots went from 2 to 8 within two rounds begun at 1,
+        and 8 runs drafting γ = 5 at once ran the point at 0.80× AR."""
         gain = self.measured_gain()
         if gain is None:
             return
-        if gain >= GAIN_TO_WIDEN:  # up to the runs in flight now; fewer of them later take nothing away
-            self.draft_slots = max(self.draft_slots, min(2 * self.draft_slots, self._concurrency()))
+        slots = self.draft_slots
+        if gain >= GAIN_TO_WIDEN and started >= self._slots_changed:  # up to the runs in flight now
+            self.draft_slots = max(slots, min(2 * slots, self._concurrency()))
         elif gain < 1.0 - LOSS_MARGIN:
-            self.draft_slots = max(1, self.draft_slots // 2)
+            self.draft_slots = max(1, slots // 2)
+        if self.draft_slots != slots:
+            self._slots_changed = time.perf_counter()
 
     def cost_estimate(self) -> CostEstimate | None:
         estimate = self.costs.estimate(self._concurrency())

@@ -2,6 +2,7 @@
 
 import queue
 import random
+import time
 import threading
 from contextlib import contextmanager
 
@@ -453,7 +454,8 @@ def _timed(depth, seconds_per_token, stretch=0):
     tokens = stretch or TOKENS * (depth + 1)
     kept = [StepRecord(text="s", source="draft", round=1)] * (tokens // TOKENS)
     return round_record(depth, depth, depth, branch_cost=lambda n: 1.0, stretch=stretch).model_copy(
-        update={"output_tokens": tokens, "wall_s": tokens * seconds_per_token, "kept": kept})
+        update={"output_tokens": tokens, "wall_s": tokens * seconds_per_token, "kept": kept,
+                "started": time.perf_counter()})
 
 
 @pytest.mark.parametrize("slowdown, probe_at_plan", [(2.0, False), (1.1, True)])
@@ -799,6 +801,26 @@ def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
         policy.observe(_timed(3, 4 * T))  # the load changed: drafting rounds now lose
     estimate = policy.cost_estimate()
     assert estimate.draft_slots == 1 and estimate.planned_depth == 0
+
+
+def test_only_a_drafting_round_begun_after_the_slots_widened_widens_them_again():
+    """Rounds that began among fewer drafting runs say little of more: 16 runs, drafting at twice AR's rate,
+    and two rounds that both began before the first widening widen the slots once, not twice."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    _learn(policy, lambda n: 1.0)
+    policy._rates.clear(), policy._rounds_timed.clear()
+    for _ in range(16):
+        policy.run_started()
+    for _ in range(2):
+        policy.observe(_timed(0, T))
+    early = [_timed(3, T / 2) for _ in range(3)]  # three rounds begun together, before any widening
+    policy.observe(early[0])  # the first timed drafting round: no gain measured yet
+    policy.observe(early[1])
+    assert policy.draft_slots == 2
+    policy.observe(early[2])
+    assert policy.draft_slots == 2
+    policy.observe(_timed(3, T / 2))  # begun after the widening
+    assert policy.draft_slots == 4
 
 
 def test_a_run_that_ends_frees_its_drafting_slot():
