@@ -289,7 +289,7 @@ class AdaptiveDepth:
         self.drafting_rounds = 0  # drafting rounds since the last AR check
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.draft_slots = 1  # how many of those may be in a drafting round at once (rationing, see the docstring)
-        self._slots_changed = -math.inf  # time.perf_counter() when draft_slots last changed
+        self._slots_filled = math.inf  # time.perf_counter() when every drafting slot was taken since they changed
         self._drafting: set[int] = set()  # the threads of the runs whose round in flight drafts
         self._probe_claim: int | None = None  # the thread of the run whose first round put off a due probe
         self.target_load = TargetLoad()  # the target requests in flight across those runs
@@ -489,6 +489,8 @@ class AdaptiveDepth:
                 return self._stretch_plan(seconds_left, rationed=True)
             if plan.depth:
                 self._drafting.add(me)
+                if len(self._drafting) >= self.draft_slots:
+                    self._slots_filled = min(self._slots_filled, time.perf_counter())
             return plan
 
     def _next_round(self, seconds_left: float | None, first: bool, me: int) -> RoundPlan:
@@ -640,20 +642,20 @@ class AdaptiveDepth:
     def _ration(self, started: float) -> None:
         """After a timed drafting round that began at `started` (time.perf_counter()): twice the runs may draft
         at once while drafting rounds measure at least GAIN_TO_WIDEN against AR rounds (up to every run), half
-        as many once they lose; called under the lock. Only a round that began after the last change widens
-        again: rounds measured among fewer drafting runs say little of more (they get more than their share
-        of the client), and at slope 0 × 16 async the slots went from 2 to 8 within two rounds begun at 1,
-        and 8 runs drafting γ = 5 at once ran the point at 0.80× AR."""
+        as many once they lose; called under the lock. Only a round that began after every slot was taken
+        widens them again: rounds measured among fewer drafting runs say little of more (they get more than
+        their share of the client). At slope 0 × 16 async the slots went from 1 to 8 within three rounds of
+        one run drafting alone, and then 8 runs drafting γ = 5 at once ran the point at 0.80× AR."""
         gain = self.measured_gain()
         if gain is None:
             return
         slots = self.draft_slots
-        if gain >= GAIN_TO_WIDEN and started >= self._slots_changed:  # up to the runs in flight now
+        if gain >= GAIN_TO_WIDEN and started >= self._slots_filled:  # up to the runs in flight now
             self.draft_slots = max(slots, min(2 * slots, self._concurrency()))
         elif gain < 1.0 - LOSS_MARGIN:
             self.draft_slots = max(1, slots // 2)
         if self.draft_slots != slots:
-            self._slots_changed = time.perf_counter()
+            self._slots_filled = math.inf  # until the new number of runs draft at once
 
     def cost_estimate(self) -> CostEstimate | None:
         estimate = self.costs.estimate(self._concurrency())

@@ -786,16 +786,17 @@ def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
         policy.run_started()
     with _runs_in_threads(policy, 16) as ask:
         plans = [ask(i) for i in range(16)]
-    assert [p.depth > 0 for p in plans].count(True) == 1  # the others AR: one AR check, as it would come anyway,
-    # and 14 waiting for a slot, each a lone step here, where a request costs nothing over its tokens (o = 0):
-    # they ask again soon (a stretch's size while waiting: the test after the next)
-    assert [p.depth == 0 and not p.stretch_tokens for p in plans].count(True) == 15
-    for _ in range(2):
-        policy.observe(_timed(0, T))
-    slots = []
-    for _ in range(6):
-        policy.observe(_timed(3, T / 2))  # drafting advances twice as fast
-        slots.append(policy.draft_slots)
+        assert [p.depth > 0 for p in plans].count(True) == 1  # the others AR: one AR check, as it would come
+        # anyway, and 14 waiting for a slot, each a lone step here, where a request costs nothing over its tokens
+        # (o = 0): they ask again soon (a stretch's size while waiting: the test after the next)
+        assert [p.depth == 0 and not p.stretch_tokens for p in plans].count(True) == 15
+        for _ in range(2):
+            policy.observe(_timed(0, T))
+        slots = []
+        for _ in range(6):
+            policy.observe(_timed(3, T / 2))  # drafting advances twice as fast
+            slots.append(policy.draft_slots)
+            plans = [ask(i) for i in range(16)]  # every run's next round: the slots fill
     assert slots == [1, 2, 4, 8, 16, 16]  # the first drafting round alone does not measure a gain yet
     for _ in range(40):
         policy.observe(_timed(3, 4 * T))  # the load changed: drafting rounds now lose
@@ -803,24 +804,25 @@ def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
     assert estimate.draft_slots == 1 and estimate.planned_depth == 0
 
 
-def test_only_a_drafting_round_begun_after_the_slots_widened_widens_them_again():
-    """Rounds that began among fewer drafting runs say little of more: 16 runs, drafting at twice AR's rate,
-    and two rounds that both began before the first widening widen the slots once, not twice."""
+def test_only_a_drafting_round_begun_with_every_slot_taken_widens_them_again():
+    """Rounds that began among fewer drafting runs say little of more: 16 runs, drafting at twice AR's rate.
+    Rounds of one run drafting widen the slots to 2, and no further until two runs draft at once."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     _learn(policy, lambda n: 1.0)
+    policy.run_finished()
     policy._rates.clear(), policy._rounds_timed.clear()
     for _ in range(16):
         policy.run_started()
-    for _ in range(2):
-        policy.observe(_timed(0, T))
-    early = [_timed(3, T / 2) for _ in range(3)]  # three rounds begun together, before any widening
-    policy.observe(early[0])  # the first timed drafting round: no gain measured yet
-    policy.observe(early[1])
-    assert policy.draft_slots == 2
-    policy.observe(early[2])
-    assert policy.draft_slots == 2
-    policy.observe(_timed(3, T / 2))  # begun after the widening
-    assert policy.draft_slots == 4
+    with _runs_in_threads(policy, 16) as ask:
+        assert [ask(i).depth > 0 for i in range(16)].count(True) == 1
+        for _ in range(2):
+            policy.observe(_timed(0, T))
+        for _ in range(4):  # the one drafting run's rounds
+            policy.observe(_timed(3, T / 2))
+        assert policy.draft_slots == 2
+        assert [ask(i).depth > 0 for i in range(16)].count(True) == 2
+        policy.observe(_timed(3, T / 2))  # begun with both slots taken
+        assert policy.draft_slots == 4
 
 
 def test_a_run_that_ends_frees_its_drafting_slot():
