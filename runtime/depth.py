@@ -5,7 +5,7 @@ acceptance, a Beta(½, ½) prior with exponential forgetting so it follows a cha
 regime) and a CostModel of the servers (cost_model.py: the target alone, forks of n
 branches B(n), the draft's c and the verifier's j). Each round it picks the γ, 0 (plain
 AR) included, with the highest expected speedup under those costs (theory.py with the
-branch-cost term). With no data, its first rounds run the target alone (AR rounds: they
+branch-cost term), over AR as it runs here: stretches that pay a request's fixed cost once (`_ar_step`). With no data, its first rounds run the target alone (AR rounds: they
 advance like any other; the first of a run, which prefills the prompt, is not timed, the
 next measures the lone target step), then a fork probe measures what a second branch
 costs. If even free, always accepted drafts could not beat AR by `CEILING_MARGIN` at
@@ -66,8 +66,8 @@ Drafting is rationed across the runs that share the policy: at most `draft_slots
 drafting round at once, and a run whose plan would draft beyond that writes a short AR stretch instead
 (steps enough to keep a request's fixed cost within `RATIONED_OVERHEAD`: it asks again soon).
 It starts at one run; each timed drafting round doubles it (up to every run) while the measured
-rates say drafting is at least as fast as AR (`GAIN_TO_WIDEN`), and halves it when they say drafting
-loses. Without it, whenever the plan turned to drafting (the cold start's round that measures the
+rates say drafting is at least as fast as AR (`GAIN_TO_WIDEN`), if it began with every slot taken,
+and halves it when they say drafting loses. Without it, whenever the plan turned to drafting (the cold start's round that measures the
 draft, the first plans after it), every run in flight drafted at once, deep, before one drafting
 round was timed: 0.37× AR at slope 0 × 16 sync on a client out of CPU. The share grows step by step
 because a few runs drafting among runs at AR read faster than all of them drafting would.
