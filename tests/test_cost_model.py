@@ -10,8 +10,7 @@ import pytest
 
 from lookahead_reasoning.runtime.cost_model import MAX_SLOPE, CostModel
 from lookahead_reasoning.runtime.depth import (
-    AR_STRETCH_SECONDS, AR_STRETCH_STEPS, PROBE_BACKOFF, PROBE_BUDGET, PROBE_SHARE, RATIONED_OVERHEAD, AdaptiveDepth,
-    RoundPlan,
+    AR_STRETCH_SECONDS, AR_STRETCH_STEPS, PROBE_BACKOFF, PROBE_BUDGET, PROBE_SHARE, AdaptiveDepth, RoundPlan,
 )
 from lookahead_reasoning.runtime.results import JudgedDraft, RoundRecord, StepRecord
 from lookahead_reasoning.runtime.theory import engine_speedup, tree_branches
@@ -374,11 +373,6 @@ def test_where_a_request_costs_as_much_as_a_step_ar_stretches_grow_to_keep_that_
     step_s = estimate.step_tokens * estimate.target_s_per_token
     assert estimate.request_overhead_s / (estimate.request_overhead_s + steps * step_s) <= 0.02 + 1e-9
     assert steps * step_s <= AR_STRETCH_SECONDS + 1e-9
-    # a run waiting for a drafting slot writes fewer steps, so that it asks again soon: o within 10 % of them
-    waiting, _ = policy._stretch(None, rationed=True)
-    assert 1 < waiting < steps
-    share = lambda n: estimate.request_overhead_s / (estimate.request_overhead_s + n * step_s)  # noqa: E731
-    assert share(waiting) <= RATIONED_OVERHEAD + 1e-9 < share(waiting - 1)
 
 
 def test_drafting_is_priced_against_ar_as_it_runs_in_stretches_that_pay_the_fixed_cost_once():
@@ -786,10 +780,8 @@ def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
         policy.run_started()
     with _runs_in_threads(policy, 16) as ask:
         plans = [ask(i) for i in range(16)]
-        assert [p.depth > 0 for p in plans].count(True) == 1  # the others AR: one AR check, as it would come
-        # anyway, and 14 waiting for a slot, each a lone step here, where a request costs nothing over its tokens
-        # (o = 0): they ask again soon (a stretch's size while waiting: the test after the next)
-        assert [p.depth == 0 and not p.stretch_tokens for p in plans].count(True) == 15
+        assert [p.depth > 0 for p in plans].count(True) == 1
+        assert sum(bool(p.stretch_tokens) for p in plans) == 14  # and one AR check, which comes as it would anyway
         for _ in range(2):
             policy.observe(_timed(0, T))
         slots = []
