@@ -767,17 +767,24 @@ def test_target_load_is_the_other_requests_in_flight_on_average():
     assert load.in_flight == 0 and len(load._events) == 1  # nothing running: no history kept
 
 
+def _shared_policy(runs):
+    """A policy that learned from one run that branches are free, now shared by `runs` runs, with drafting's
+    measured gain forgotten (what the servers cost is known, whether drafting pays among these runs not)."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    _learn(policy, lambda n: 1.0)
+    policy.run_finished()
+    policy._rates.clear(), policy._rounds_timed.clear()
+    for _ in range(runs):
+        policy.run_started()
+    return policy
+
+
 def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
     """16 runs share a policy whose model says drafting pays (free branches) before any drafting round was
     timed: one run drafts, the others write AR stretches (all 16 used to draft deep at once, on a client out
     of CPU: 0.37× AR at slope 0 × 16 sync). Each drafting round measured at least as fast as AR rounds lets
     twice the runs draft at once, up to every run; rounds that lose halve them."""
-    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
-    _learn(policy, lambda n: 1.0)
-    policy.run_finished()  # the run that learned the costs ends
-    policy._rates.clear(), policy._rounds_timed.clear()  # what a server set costs is known, drafting's gain not
-    for _ in range(16):
-        policy.run_started()
+    policy = _shared_policy(16)
     with _runs_in_threads(policy, 16) as ask:
         plans = [ask(i) for i in range(16)]
         assert [p.depth > 0 for p in plans].count(True) == 1
@@ -799,12 +806,7 @@ def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
 def test_only_a_drafting_round_begun_with_every_slot_taken_widens_them_again():
     """Rounds that began among fewer drafting runs say little of more: 16 runs, drafting at twice AR's rate.
     Rounds of one run drafting widen the slots to 2, and no further until two runs draft at once."""
-    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
-    _learn(policy, lambda n: 1.0)
-    policy.run_finished()
-    policy._rates.clear(), policy._rounds_timed.clear()
-    for _ in range(16):
-        policy.run_started()
+    policy = _shared_policy(16)
     with _runs_in_threads(policy, 16) as ask:
         assert [ask(i).depth > 0 for i in range(16)].count(True) == 1
         for _ in range(2):
@@ -818,12 +820,7 @@ def test_only_a_drafting_round_begun_with_every_slot_taken_widens_them_again():
 
 
 def test_a_run_that_ends_frees_its_drafting_slot():
-    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
-    _learn(policy, lambda n: 1.0)
-    policy.run_finished()
-    policy._rates.clear(), policy._rounds_timed.clear()
-    for _ in range(3):
-        policy.run_started()
+    policy = _shared_policy(3)
     with _runs_in_threads(policy, 3) as ask:
         assert ask(0, finish=True).depth > 0  # drafts, then its run ends
         assert ask(1).depth > 0  # so the slot is free for another run
