@@ -253,6 +253,11 @@ class CostModel:
         """Whether the requests' loads varied enough to fit the slope from them."""
         return cls._load_variance(m) >= MIN_LOAD_SPREAD ** 2 * (1.0 + m["1*x"]) ** 2
 
+    @staticmethod
+    def _lengths_vary(m: dict[str, float]) -> bool:
+        """Whether the requests' lengths varied enough to tell a fixed cost o from the time per token."""
+        return m["i*i"] - m["1*i"] ** 2 >= MIN_LENGTH_SPREAD ** 2 * m["1*i"] ** 2
+
     def _slope_measured(self, m: dict[str, float], moments: dict[str, _Average]) -> bool:
         """Whether the slope can be fitted from these moments: the loads varied enough, or, where they barely
         did (many runs always in flight, and fork probes whose short branch adds a quarter of a request), the
@@ -271,7 +276,7 @@ class CostModel:
         and its standard error, from the moments of `count` (forgetting-weighted) observations; (nan, inf)
         where they cannot tell."""
         unknown = math.nan, math.inf
-        names = ["1", "x"] + (["i"] if m["i*i"] - m["1*i"] ** 2 >= MIN_LENGTH_SPREAD ** 2 * m["1*i"] ** 2 else [])
+        names = ["1", "x"] + (["i"] if self._lengths_vary(m) else [])
         if count <= len(names):
             return unknown
         matrix = np.array([[self._moment(m, a, b) for b in names] for a in names])
@@ -306,7 +311,7 @@ class CostModel:
         leaves it slack: branches free)."""
         # o is told apart from t₁ only by requests of different lengths; where they are nearly one length,
         # o and t₁ trade off freely (a t₁ near 0 and a noisy slope): o is left out (o = 0)
-        separable = m["i*i"] - m["1*i"] ** 2 >= MIN_LENGTH_SPREAD ** 2 * m["1*i"] ** 2
+        separable = self._lengths_vary(m)
         mean_tokens = self._mean_tokens(m)
 
         def bound_face(slope: float) -> list[list[dict[str, float]]]:

@@ -77,15 +77,10 @@ def render_prompt(models: StepModels, question: str) -> str:
         raise target_failed(error) from None
 
 
-def longest_server_s(steps: list[StepOutput]) -> float | None:
-    """A fork's time as its server saw it: its longest request's; None unless every request's time is known."""
-    times = [step.server_s for step in steps]
-    return None if not times or None in times else max(times)
-
-
-def mean_server_s(times: list[float | None]) -> float | None:
-    """The mean of requests' server times; None unless every one is known."""
-    return None if not times or None in times else statistics.mean(times)
+def server_s(times: list[float | None], combine: Callable[[list[float]], float]) -> float | None:
+    """Requests' server times combined (max: a fork's longest; mean: a pipeline's steps); None unless every one
+    is known."""
+    return None if not times or None in times else combine(times)
 
 
 class _Run:
@@ -253,7 +248,8 @@ class Engine:
                 )
                 for i in judged_nodes
             ],
-            started=started, draft_s=draft_s, target_s=t2 - t1, target_server_s=longest_server_s(targets),
+            started=started, draft_s=draft_s, target_s=t2 - t1,
+            target_server_s=server_s([t.server_s for t in targets], max),
             judge_s=t3 - t2, branches=len(branches),
             target_tokens=max(t.completion_tokens for t in targets[: len(branches)]),
             target_tokens_all=sum(t.completion_tokens for t in targets), target_others=load.others,
@@ -366,7 +362,7 @@ class AsyncEngine(Engine):
                 record = self._finish_round(
                     run, walk, depth=plan.depth, judged=judged, started=started, draft_s=sum(pipe.draft_times),
                     target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
-                    target_server_s=mean_server_s(pipe.target_server_times),
+                    target_server_s=server_s(pipe.target_server_times, statistics.mean),
                     judge_s=judge_s / max(1, len(judged)), branches=len(pipe.target_times),
                     target_tokens=round(statistics.mean(pipe.target_tokens)) if pipe.target_tokens else 0,
                     draft_tokens=sum(pipe.draft_tokens),
