@@ -317,7 +317,8 @@ def build_app(engine: SimEngine) -> FastAPI:
 
     @app.post("/generate")
     async def generate(request: Request):
-        return (await guard()) or await engine.generate(await request.json())
+        # a JSONResponse as is: FastAPI's encoder would walk every logprob entry of the answer first
+        return (await guard()) or JSONResponse(await engine.generate(await request.json()))
 
     @app.post("/sim/fault")
     async def fault(request: Request):

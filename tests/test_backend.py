@@ -71,3 +71,19 @@ def test_a_connection_dropped_by_the_server_is_tried_once_more():
             LookaheadEndpoint(url, chat_template="chatml", timeout_s=5)
     finally:
         listener.close()
+
+
+def test_a_server_that_never_answers_is_a_timeout_not_a_hang():
+    import socket
+    import time
+
+    from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
+
+    with socket.socket() as listener:  # accepts connections (the kernel's backlog) and never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = "http://127.0.0.1:%d" % listener.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(BackendError, match=r"/model_info did not answer within 0.5 s"):
+            LookaheadEndpoint(url, chat_template="chatml", timeout_s=0.5)
+        assert time.monotonic() - started < 5
