@@ -87,3 +87,43 @@ def test_a_server_that_never_answers_is_a_timeout_not_a_hang():
         with pytest.raises(BackendError, match=r"/model_info did not answer within 0.5 s"):
             LookaheadEndpoint(url, chat_template="chatml", timeout_s=0.5)
         assert time.monotonic() - started < 5
+
+
+def test_requests_go_through_the_proxy_the_environment_names(monkeypatch):
+    import json
+    import socket
+    import threading
+
+    from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    seen: list[bytes] = []
+    body = json.dumps({"model_path": "m"}).encode()
+
+    def proxy():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                seen.append(conn.recv(65536).split(b"\r\n")[0])
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    threading.Thread(target=proxy, daemon=True).start()
+    for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:%d" % listener.getsockname()[1])
+    try:
+        assert LookaheadEndpoint("http://sglang.invalid:30000", chat_template="chatml", timeout_s=5).model_info == {
+            "model_path": "m"}
+        assert seen == [b"GET http://sglang.invalid:30000/model_info HTTP/1.1"]
+        monkeypatch.setenv("no_proxy", "sglang.invalid")  # bypassed: straight to a host that does not exist
+        with pytest.raises(BackendError, match="cannot reach"):
+            LookaheadEndpoint("http://sglang.invalid:30000", chat_template="chatml", timeout_s=5)
+        assert len(seen) == 1
+    finally:
+        listener.close()
