@@ -39,8 +39,10 @@ def test_serve_backs_off_under_load_and_drafts_again_when_it_falls(sim_servers):
         with UvicornThread(app) as frontend:
             # batches are free: the shared model learns that (a probe, a one-step draft), and drafts; usually after
             # the first request, once in about ten runs after 8 (a noisy probe, or drafting rounds that measured
-            # slower than AR rounds on this shared machine, keep it at AR until the next probe)
-            for _ in range(30):
+            # slower than AR rounds on this shared machine, keep it at AR until the next probe). Once in 3 clean
+            # runs of session 14 it was still at AR after 30 (measured gain 0.77, o read 95 ms): the next
+            # probes, spaced to cost 2 %, are what recover it, so the loop allows them
+            for _ in range(100):
                 _ask(frontend.url)
                 if policy.cost_estimate().planned_depth >= 1:
                     break
