@@ -1,5 +1,9 @@
 """The programs' backend finds a server's model by its current route or the older one."""
 
+import json
+import socket
+import threading
+
 import pytest
 from fastapi import FastAPI
 
@@ -36,34 +40,17 @@ def test_a_server_without_model_info_is_a_clear_error():
 def test_a_connection_dropped_by_the_server_is_tried_once_more():
     """The first connection is closed without an answer (a kept-alive connection the server dropped);
     the request goes through on a fresh one, and a server that drops every connection is unreachable."""
-    import json
-    import socket
-    import threading
-
     from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
 
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    body = json.dumps({"model_path": "m"}).encode()
     drops = {"left": 1}
 
-    def serve():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                conn.recv(65536)
-                if drops["left"] > 0:
-                    drops["left"] -= 1
-                    continue  # closed without an answer
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    def answer(request):
+        if drops["left"] > 0:
+            drops["left"] -= 1
+            return None
+        return MODEL_INFO_REPLY
 
-    threading.Thread(target=serve, daemon=True).start()
-    url = "http://127.0.0.1:%d" % listener.getsockname()[1]
+    listener, url = _raw_server(answer)
     try:
         assert LookaheadEndpoint(url, chat_template="chatml", timeout_s=5).model_info == {"model_path": "m"}
         drops["left"] = 10**9
@@ -74,7 +61,6 @@ def test_a_connection_dropped_by_the_server_is_tried_once_more():
 
 
 def test_a_server_that_never_answers_is_a_timeout_not_a_hang():
-    import socket
     import time
 
     from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
@@ -90,33 +76,18 @@ def test_a_server_that_never_answers_is_a_timeout_not_a_hang():
 
 
 def test_requests_go_through_the_proxy_the_environment_names(monkeypatch):
-    import json
-    import socket
-    import threading
-
     from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
 
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
     seen: list[bytes] = []
-    body = json.dumps({"model_path": "m"}).encode()
 
-    def proxy():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                seen.append(conn.recv(65536).split(b"\r\n")[0])
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    def answer(request):
+        seen.append(request.split(b"\r\n")[0])
+        return MODEL_INFO_REPLY
 
-    threading.Thread(target=proxy, daemon=True).start()
+    listener, proxy_url = _raw_server(answer)
     for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("http_proxy", "http://127.0.0.1:%d" % listener.getsockname()[1])
+    monkeypatch.setenv("http_proxy", proxy_url)
     try:
         assert LookaheadEndpoint("http://sglang.invalid:30000", chat_template="chatml", timeout_s=5).model_info == {
             "model_path": "m"}
@@ -127,3 +98,31 @@ def test_requests_go_through_the_proxy_the_environment_names(monkeypatch):
         assert len(seen) == 1
     finally:
         listener.close()
+
+
+def _raw_server(answer):
+    """An HTTP server on a bare socket, one connection at a time: `answer(request bytes)` gives the bytes to
+    send back, or None to close the connection without a word. Returns the listening socket (closing it
+    stops the server) and its URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                reply = answer(conn.recv(65536))
+                if reply is not None:
+                    conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, "http://127.0.0.1:%d" % listener.getsockname()[1]
+
+
+MODEL_INFO = json.dumps({"model_path": "m"}).encode()
+MODEL_INFO_REPLY = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(MODEL_INFO), MODEL_INFO))
