@@ -150,7 +150,8 @@ class _DecodeLoop:
             batch = len(self.active)
             self.batch_sizes.append(batch)
             deadline += self.decode_s * (1.0 + self.slope * (batch - 1))
-            await asyncio.sleep(max(0.0, deadline - time.perf_counter()))
+            while (left := deadline - time.perf_counter()) > 0:
+                await asyncio.sleep(left)  # uvloop's timers count whole milliseconds: they can wake a tick early
             for entry in list(self.active):
                 entry[0] -= 1
                 if entry[0] == 0:

@@ -1,4 +1,5 @@
-"""The programs' backend finds a server's model by its current route or the older one."""
+"""The programs' backend: a server's model by its current route or the older one, a dropped connection tried once
+more, a server that never answers as a timeout, and the proxy the environment names."""
 
 import json
 import socket
@@ -8,6 +9,34 @@ import pytest
 from fastapi import FastAPI
 
 from lookahead_reasoning.runtime.processes import UvicornThread
+
+
+def _raw_server(answer):
+    """An HTTP server on a bare socket, one connection at a time: `answer(request bytes)` gives the bytes to
+    send back, or None to close the connection without a word. Returns the listening socket (closing it
+    stops the server) and its URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                reply = answer(conn.recv(65536))
+                if reply is not None:
+                    conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, "http://127.0.0.1:%d" % listener.getsockname()[1]
+
+
+MODEL_INFO = json.dumps({"model_path": "m"}).encode()
+MODEL_INFO_REPLY = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(MODEL_INFO), MODEL_INFO))
 
 
 def _server(route: str) -> FastAPI:
@@ -98,31 +127,3 @@ def test_requests_go_through_the_proxy_the_environment_names(monkeypatch):
         assert len(seen) == 1
     finally:
         listener.close()
-
-
-def _raw_server(answer):
-    """An HTTP server on a bare socket, one connection at a time: `answer(request bytes)` gives the bytes to
-    send back, or None to close the connection without a word. Returns the listening socket (closing it
-    stops the server) and its URL."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-
-    def serve():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                reply = answer(conn.recv(65536))
-                if reply is not None:
-                    conn.sendall(reply)
-
-    threading.Thread(target=serve, daemon=True).start()
-    return listener, "http://127.0.0.1:%d" % listener.getsockname()[1]
-
-
-MODEL_INFO = json.dumps({"model_path": "m"}).encode()
-MODEL_INFO_REPLY = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (len(MODEL_INFO), MODEL_INFO))

@@ -72,9 +72,7 @@ def test_batched_text_commit_eos_and_cache(sims):
     assert whole["meta_info"]["cached_tokens"] > 0
     capped = requests.post(url + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 3}}).json()
     assert capped["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
-    # SGLang's server-side time: 3 ticks of 2 ms, the first of which may have begun before the request joined
-    # (its batch partner started the decode loop a moment earlier)
-    assert capped["meta_info"]["e2e_latency"] >= 2 * 0.002
+    assert capped["meta_info"]["e2e_latency"] >= 3 * 0.002  # SGLang's server-side time: 3 ticks of 2 ms at least
 
 
 def test_judge_is_deterministic_and_answers_yes_or_no(sims):
