@@ -1,8 +1,8 @@
 """How many steps to draft each round: a fixed γ, or γ chosen from what the runs measure.
 
 The adaptive policy keeps, across the runs it serves, an estimate of α (per-position
-acceptance, a Beta(½, ½) prior with exponential forgetting so it follows a change of
-regime) and a CostModel of the servers (cost_model.py: the target alone, forks of n
+acceptance, a Beta(½, ½) prior, a long memory that restarts when recent rounds say α changed:
+AcceptanceTally) and a CostModel of the servers (cost_model.py: the target alone, forks of n
 branches B(n), the draft's c and the verifier's j). Each round it picks the γ, 0 (plain
 AR) included, with the highest expected speedup under those costs (theory.py with the
 branch-cost term), over AR as it runs here: stretches that pay a request's fixed cost once (`_ar_step`). With no data, its first rounds run the target alone (AR rounds: they
@@ -137,6 +137,8 @@ LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than 
 STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement of AR or drafting rounds ages
 STALE_RENEW = 0.9  # one run alone: a drafting rate aged below this is renewed by the next drafting round...
 STALE_WEIGHT = 0.5  # ...where what it held counts at most this share of that round's own time
+ALPHA_SLOW_FORGET = 0.99  # per round of each run: α̂'s long memory, kept while recent rounds agree with it
+ALPHA_SHIFT_Z = 3.0  # recent rounds this many standard errors away from it: acceptance changed, the memory restarts
 GAIN_TO_WIDEN = 1.0  # drafting rounds measured at least this fast against AR rounds: twice the runs may draft at once
 
 
@@ -263,6 +265,42 @@ class FixedDepth:
         return None
 
 
+class AcceptanceTally:
+    """Accepted and rejected draft positions on two time scales, for α̂ (a Beta(½, ½) prior).
+
+    The estimate is the long memory (`ALPHA_SLOW_FORGET`): with the policy's own forgetting alone
+    (0.9 a round), one run's α̂ rested on about 25 positions, ±0.09 at α = 0.7, and a low draw planned
+    γ = 2 where γ = 4 was best (slope 0 × 1 sync: α̂ 0.55 at α 0.7, 0.92 of fixed γ = 4). The short
+    memory (the policy's forgetting) watches for a change: when it lies more than `ALPHA_SHIFT_Z`
+    standard errors from the long one, acceptance has changed (another kind of problem, another
+    phase of one), and the long memory restarts from the short one.
+    """
+
+    def __init__(self) -> None:
+        self.fast = (0.0, 0.0)
+        self.slow = (0.0, 0.0)
+
+    @staticmethod
+    def _mean(tally: tuple[float, float]) -> float:
+        # a weak prior: a strong one drags α̂ toward ½ and the chosen γ too low when α is high
+        return (tally[0] + 0.5) / (tally[0] + tally[1] + 1.0)
+
+    @property
+    def positions(self) -> float:
+        return sum(self.slow)
+
+    def estimate(self) -> float:
+        return self._mean(self.slow)
+
+    def add(self, accepted: float, rejected: float, forget: float, slow_forget: float) -> None:
+        self.fast = (forget * self.fast[0] + accepted, forget * self.fast[1] + rejected)
+        self.slow = (slow_forget * self.slow[0] + accepted, slow_forget * self.slow[1] + rejected)
+        long = self._mean(self.slow)
+        error = math.sqrt(long * (1.0 - long) / (sum(self.fast) + 1.0))
+        if abs(self._mean(self.fast) - long) > ALPHA_SHIFT_Z * error:
+            self.slow = self.fast
+
+
 class AdaptiveDepth:
     def __init__(
         self, mode: str, initial: int, max_depth: int, width: int = 1, forget: float = 0.9,
@@ -276,7 +314,7 @@ class AdaptiveDepth:
         self.forget = forget
         self.costs = costs or CostModel()
         self._lock = threading.Lock()
-        self._tallies: dict[int, tuple[float, float]] = {}  # width -> (accepted, rejected) positions, forgetting
+        self._tallies: dict[int, AcceptanceTally] = {}  # width -> its accepted and rejected positions
         self._rates: dict[str, tuple[float, float]] = {}  # "ar"/"draft" -> (tokens, seconds), forgetting
         self._rounds_timed: dict[str, int] = {}  # "ar"/"draft" -> rounds measured in all
         self.last_width = 1  # of the last round that drafted
@@ -314,14 +352,11 @@ class AdaptiveDepth:
 
     def alpha_at(self, width: int) -> float:
         """Per-position acceptance at `width`: measured, or derived from the best-known width."""
-        # a weak prior: a strong one drags α̂ toward ½ and the chosen γ too low when α is high
-        def estimate(tally: tuple[float, float]) -> float:
-            return (tally[0] + 0.5) / (tally[0] + tally[1] + 1.0)
-
-        if sum(self._tallies.get(width, (0.0, 0.0))) >= 1.0 or not self._tallies:
-            return estimate(self._tallies.get(width, (0.0, 0.0)))
-        known, tally = max(self._tallies.items(), key=lambda item: sum(item[1]))
-        return 1.0 - (1.0 - estimate(tally)) ** (width / known)
+        tally = self._tallies.get(width)
+        if tally is not None and tally.positions >= 1.0 or not self._tallies:
+            return (tally or AcceptanceTally()).estimate()
+        known, tally = max(self._tallies.items(), key=lambda item: item[1].positions)
+        return 1.0 - (1.0 - tally.estimate()) ** (width / known)
 
     @property
     def alpha(self) -> float:
@@ -598,9 +633,8 @@ class AdaptiveDepth:
         if record.positions == 0:
             return
         with self._lock:
-            accepted, rejected = self._tallies.get(record.width, (0.0, 0.0))
-            self._tallies[record.width] = (forget * accepted + record.accepted,
-                                           forget * rejected + (record.positions - record.accepted))
+            tally = self._tallies.setdefault(record.width, AcceptanceTally())
+            tally.add(record.accepted, record.positions - record.accepted, forget, per_run(ALPHA_SLOW_FORGET, runs))
             self.last_width = record.width
 
     def _time_rate(self, kind: str, record: RoundRecord, forget: float, runs: float) -> None:
