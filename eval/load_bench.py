@@ -6,8 +6,12 @@ Load is two things at once here. `batch_slope` says what parallel requests cost 
 requests on the same servers: `concurrency` threads, each taking requests until
 max(`min_requests`, `concurrency`) are done. The lookahead methods of one point share one engine
 configuration and, for the adaptive policy, one policy and cost model, as the requests
-of `lookahead serve` do; the adaptive policy first serves one unmeasured wave of the
-same requests, as a serving process that has been up for a while has learned its costs.
+of `lookahead serve` do; the adaptive policy first serves unmeasured waves of the same
+requests (`WARMUP_WAVES`, or fewer where they reach `WARMUP_REQUESTS`), as a serving
+process that has been up for a while has learned its costs. (One wave of 16 ten-step requests was not always enough: at
+slope 0 × 4 sync, a cold start whose first draft was rejected read α̂ 0.25, and its γ = 1
+probes took the rest of the wave to bring α̂ back to 0.6; 2 of 6 runs measured 0.98–1.00×
+AR where the others measured 1.17–1.33×.)
 
 Reported per point: tokens/s (all output tokens / wall time), p50 and p99 request
 latency, and speedup_vs_ar = AR's p50 latency / the method's p50 latency at the same
@@ -20,6 +24,7 @@ the median of the per-repeat ratios.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +41,8 @@ from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.errors import LookaheadError
 
 Depth = Union[Literal["ar", "adaptive"], int]
+WARMUP_WAVES = 3  # the adaptive policy's unmeasured waves of a point's requests before its measured one...
+WARMUP_REQUESTS = 48  # ...fewer where fewer waves reach this many requests (64 at a time: one wave)
 
 
 class LoadGrid(BaseModel):
@@ -123,7 +130,8 @@ def _run_point(cluster: SimCluster, depth: Depth, engine: str, problems: list[st
 
     with ThreadPoolExecutor(concurrency) as pool:
         if depth == "adaptive":  # a serving process has run for a while: its policy has learned the costs
-            list(pool.map(one, problems))
+            for _ in range(min(WARMUP_WAVES, math.ceil(WARMUP_REQUESTS / len(problems)))):
+                list(pool.map(one, problems))
         started = time.perf_counter()
         outcomes = list(pool.map(one, problems))
     wall = time.perf_counter() - started
