@@ -91,9 +91,10 @@ class BenchPoint(BaseModel):
     rounds: int
 
 
-def questions(latency: LatencyModel) -> list[str]:
+def questions(latency: LatencyModel, label: str = "Problem") -> list[str]:
+    """`latency.problems` simulated questions; another `label` gives other problems (other verdicts)."""
     return [
-        f"Problem {p}: " + " ".join(f"q{p}w{i}" for i in range(latency.question_words))
+        f"{label} {p}: " + " ".join(f"q{p}w{i}" for i in range(latency.question_words))
         for p in range(latency.problems)
     ]
 

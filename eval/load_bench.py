@@ -6,12 +6,14 @@ Load is two things at once here. `batch_slope` says what parallel requests cost 
 requests on the same servers: `concurrency` threads, each taking requests until
 max(`min_requests`, `concurrency`) are done. The lookahead methods of one point share one engine
 configuration and, for the adaptive policy, one policy and cost model, as the requests
-of `lookahead serve` do; the adaptive policy first serves unmeasured waves of the same
-requests (`WARMUP_WAVES`, or fewer where they reach `WARMUP_REQUESTS`), as a serving
-process that has been up for a while has learned its costs. (One wave of 16 ten-step requests was not always enough: at
-slope 0 × 4 sync, a cold start whose first draft was rejected read α̂ 0.25, and its γ = 1
-probes took the rest of the wave to bring α̂ back to 0.6; 2 of 6 runs measured 0.98–1.00×
-AR where the others measured 1.17–1.33×.)
+of `lookahead serve` do; the adaptive policy first serves unmeasured waves of other
+requests like them (`WARMUP_WAVES`, or fewer where they reach `WARMUP_REQUESTS`), as a
+serving process that has been up for a while has learned its costs and α from earlier
+requests. Other requests, not the same ones again: the simulated judge's verdicts are fixed
+per (problem, step), and while AR wins a drafted probe comes at the same step of a problem
+each time (after a stretch of 8 of its 10 steps), so waves of the same problems judged the
+same few steps over and over: at slope 0 × 4 sync, α̂ sank to 0.16 where α is 0.7, and the
+point measured 0.98–1.01× AR where fixed γ = 4 gained 1.15–1.2×.
 
 Reported per point: tokens/s (all output tokens / wall time), p50 and p99 request
 latency, and speedup_vs_ar = AR's p50 latency / the method's p50 latency at the same
@@ -110,6 +112,7 @@ class _Measured:
 
 def _run_point(cluster: SimCluster, depth: Depth, engine: str, problems: list[str], concurrency: int,
                latency: LatencyModel) -> _Measured:
+    """`problems` measured; an adaptive policy first learns on warm-up waves of as many other problems."""
     extra = {"adaptive_depth": True, "depth": 2} if depth == "adaptive" else {"depth": 1 if depth == "ar" else depth}
     config = LookaheadConfig(engine=engine, seed=1, max_tokens=100_000, max_step_tokens=latency.step_tokens + 8,
                              **extra)
@@ -130,8 +133,9 @@ def _run_point(cluster: SimCluster, depth: Depth, engine: str, problems: list[st
 
     with ThreadPoolExecutor(concurrency) as pool:
         if depth == "adaptive":  # a serving process has run for a while: its policy has learned the costs
-            for _ in range(min(WARMUP_WAVES, math.ceil(WARMUP_REQUESTS / len(problems)))):
-                list(pool.map(one, problems))
+            for wave in range(min(WARMUP_WAVES, math.ceil(WARMUP_REQUESTS / len(problems)))):
+                list(pool.map(one, questions(latency.model_copy(update={"problems": len(problems)}),
+                                             label=f"Warm-up {wave}, problem")))
         started = time.perf_counter()
         outcomes = list(pool.map(one, problems))
     wall = time.perf_counter() - started

@@ -304,6 +304,42 @@ def test_bench_load_repeats_report_medians_of_side_by_side_runs(monkeypatch):
     assert seen == points
 
 
+@pytest.mark.parametrize("requests, warmup_waves", [(16, 3), (64, 1)])
+def test_bench_load_warms_the_adaptive_policy_up_before_measuring(monkeypatch, requests, warmup_waves):
+    """Only the adaptive policy learns: it serves `WARMUP_WAVES` unmeasured waves of other requests first, fewer
+    where they reach `WARMUP_REQUESTS`; a fixed γ and AR are measured at once."""
+    from types import SimpleNamespace
+
+    from lookahead_reasoning.eval import load_bench
+    from lookahead_reasoning.runtime import reasoner
+
+    runs, asked = [], []
+
+    class CountingReasoner:
+        def __init__(self, endpoints, config):
+            self.adaptive = config.adaptive_depth
+
+        def run(self, question):
+            runs.append(self.adaptive)
+            asked.append(question)
+            stats = SimpleNamespace(finish="eos", degraded=[], output_tokens=10, draft_steps_judged=2,
+                                    draft_steps_accepted=1)
+            return SimpleNamespace(stats=stats)
+
+    monkeypatch.setattr(reasoner, "LookaheadReasoner", CountingReasoner)
+    cluster = SimpleNamespace(endpoints=lambda: None)
+    problems = [f"q{i}" for i in range(requests)]
+    latency = load_bench.LatencyModel()
+    measured = load_bench._run_point(cluster, "adaptive", "sync", problems, 4, latency)
+    assert runs == [True] * requests * (warmup_waves + 1) and len(measured.latencies) == requests
+    # it learns on other problems (the simulated judge's verdicts are fixed per problem and step), then
+    # the point's problems are measured
+    assert len(set(asked)) == len(asked) and sorted(asked[-requests:]) == sorted(problems)
+    runs.clear()
+    load_bench._run_point(cluster, 2, "sync", problems, 4, latency)
+    assert runs == [False] * requests
+
+
 def test_launch_dry_run_prints_the_exact_commands_and_starts_nothing(capsys):
     out = invoke(capsys, "launch", "--draft", "Qwen/Qwen2.5-0.5B-Instruct", "--target", "Qwen/Qwen2.5-32B-Instruct",
                  "--device", "cuda", "--ports", "30000,30001", "--target-server-args",
