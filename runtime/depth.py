@@ -276,6 +276,8 @@ class AcceptanceTally:
     phase of one), and the long memory restarts from the short one.
     """
 
+    PRIOR_MEAN = 0.5  # α̂ before any position was judged
+
     def __init__(self) -> None:
         self.fast = (0.0, 0.0)
         self.slow = (0.0, 0.0)
@@ -353,8 +355,10 @@ class AdaptiveDepth:
     def alpha_at(self, width: int) -> float:
         """Per-position acceptance at `width`: measured, or derived from the best-known width."""
         tally = self._tallies.get(width)
-        if tally is not None and tally.positions >= 1.0 or not self._tallies:
-            return (tally or AcceptanceTally()).estimate()
+        if tally is not None and tally.positions >= 1.0:
+            return tally.estimate()
+        if not self._tallies:
+            return AcceptanceTally.PRIOR_MEAN
         known, tally = max(self._tallies.items(), key=lambda item: item[1].positions)
         return 1.0 - (1.0 - tally.estimate()) ** (width / known)
 
