@@ -215,8 +215,11 @@ class SimEngine:
 
     async def generate(self, body: dict) -> dict | list:
         text = body.get("text")
-        if isinstance(text, list):
-            return list(await asyncio.gather(*(self._one({**body, "text": t}) for t in text)))
+        if isinstance(text, list):  # a batch: one sampling_params for all, or one each (SGLang takes both)
+            params = body.get("sampling_params")
+            each = params if isinstance(params, list) else [params] * len(text)
+            return list(await asyncio.gather(*(self._one({**body, "text": t, "sampling_params": p})
+                                               for t, p in zip(text, each))))
         return await self._one(body)
 
     async def _one(self, body: dict) -> dict:
@@ -250,7 +253,9 @@ class SimEngine:
             "e2e_latency": time.perf_counter() - received,
         }
         if body.get("return_logprob"):
-            start = int(body.get("logprob_start_len") or 0)
+            # as SGLang: from `logprob_start_len` on (`select` asks for them), none of the prompt without it
+            start = body.get("logprob_start_len")
+            start = len(prompt_tokens) if start is None or int(start) < 0 else int(start)
             meta["input_token_logprobs"] = [
                 [None if i == 0 else -0.1 - 2 * _unit("lp", tok), hash(tok) % 50000, tok]
                 for i, tok in enumerate(prompt_tokens[start:])

@@ -3,8 +3,8 @@
 The answer is constrained by a regex, so the model can only write `yes` or `no`.
 P(yes) comes from the first answer token's top logprobs, which SGLang reports after
 the constraint's mask: the mass of tokens that begin "yes" over the mass of all
-allowed tokens. Judging is a fork over the pairs; the fixed instructions are the
-shared, cached prefix.
+allowed tokens. Judging is one batch of the pairs (a fork's branches, in one request); the fixed
+instructions are the shared, cached prefix.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import sglang as sgl
+from sglang.lang.ir import SglSamplingParams
 
 from lookahead_reasoning.programs.prompts import JUDGE_CHOICES, JUDGE_INSTRUCTIONS, JUDGE_REGEX, judge_message
-from lookahead_reasoning.programs.steps import checked, read_branches
+from lookahead_reasoning.programs.steps import render_conversation
 
 TOP_LOGPROBS = 10
 
@@ -58,29 +58,37 @@ def read_answer(text: str, meta: dict) -> JudgeAnswer:
     )
 
 
-@sgl.function
-def judge(s, pairs, commit_instructions=True):
-    """`pairs` is a list of (step_a, step_b); sets `answers`, one JudgeAnswer each.
+_PLACEHOLDER = "\x00"
+_turns_by_template: dict[str, tuple[str, str]] = {}
 
-    With `commit_instructions` the shared instructions are committed before the fork
-    (see target_steps); once they are in the server's cache that request can be skipped.
+
+def _turns(backend) -> tuple[str, str]:
+    """The judge's prompt in the backend's chat template, before and after the user's message: the
+    instructions as the system turn, the user turn, the assistant's turn begun. Rendered once per template
+    by the frontend, so that each pair's prompt is what `sgl.system`, `sgl.user` and `sgl.assistant_begin`
+    would write."""
+    name = backend.chat_template.name
+    if name not in _turns_by_template:
+        text = render_conversation(backend, [{"role": "system", "content": JUDGE_INSTRUCTIONS},
+                                             {"role": "user", "content": _PLACEHOLDER}])
+        head, tail = text.split(_PLACEHOLDER)
+        _turns_by_template[name] = head, tail
+    return _turns_by_template[name]
+
+
+def judge(backend, pairs, commit_instructions=True) -> list[JudgeAnswer]:
+    """`pairs` is a list of (step_a, step_b); one JudgeAnswer each, all asked in one batch
+    (`LookaheadEndpoint.generate_batch`).
+
+    With `commit_instructions` the shared instructions are committed first (as a fork commits its
+    prefix); once they are in the server's cache that request can be skipped.
     """
+    head, tail = _turns(backend)
     if commit_instructions:
-        s += sgl.system(JUDGE_INSTRUCTIONS)
-        s.sync()
-    branches = s.fork(len(pairs))
-    for branch, (step_a, step_b) in zip(branches, pairs):
-        if not commit_instructions:
-            branch += sgl.system(JUDGE_INSTRUCTIONS)
-        branch += sgl.user(judge_message(step_a, step_b))
-        branch += sgl.assistant_begin()
-        branch += sgl.gen(
-            "answer",
-            max_tokens=3,
-            regex=JUDGE_REGEX,
-            temperature=0.0,
-            return_logprob=True,
-            top_logprobs_num=TOP_LOGPROBS,
-            return_text_in_logprobs=True,
-        )
-    s.set_var("answers", read_branches(branches, lambda b: read_answer(*checked(b, "answer"))))
+        backend.cache_prefix(head)
+    params = SglSamplingParams(
+        max_new_tokens=3, regex=JUDGE_REGEX, temperature=0.0, return_logprob=True,
+        top_logprobs_num=TOP_LOGPROBS, return_text_in_logprobs=True,
+    )
+    requests = [backend.generation_request(head + judge_message(a, b) + tail, params) for a, b in pairs]
+    return [read_answer(answer["text"], answer["meta_info"]) for answer in backend.generate_batch(requests)]

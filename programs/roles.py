@@ -12,9 +12,9 @@ from lookahead_reasoning.programs.prompts import question_message
 from lookahead_reasoning.programs.score import Score, score_answer, score_steps
 from lookahead_reasoning.programs.step_types import Sampling, StepOutput
 from lookahead_reasoning.programs.steps import (
-    conversation_prefix,
     draft_steps,
     free_generation,
+    render_conversation,
     sample_steps,
     target_steps,
 )
@@ -25,17 +25,12 @@ def render_question(backend: LookaheadEndpoint, question: str) -> str:
     return render_conversation(backend, [{"role": "user", "content": question_message(question)}])
 
 
-def render_conversation(backend: LookaheadEndpoint, messages: list[dict]) -> str:
-    """OpenAI-style messages in the backend's chat template, up to the assistant's answer."""
-    return conversation_prefix.run(messages=messages, backend=backend).text()
-
-
 def judge_pairs(
     backend: LookaheadEndpoint, pairs: list[tuple[str, str]], commit_instructions: bool = True
 ) -> list[JudgeAnswer]:
     if not pairs:
         return []
-    return judge.run(pairs=list(pairs), commit_instructions=commit_instructions, backend=backend).get_var("answers")
+    return judge(backend, list(pairs), commit_instructions)
 
 
 class SGLangStepModels:
@@ -75,27 +70,20 @@ class SGLangStepModels:
 
     def sample(self, prefixes: list[str], width: int, max_step_tokens: int | None = None) -> list[list[StepOutput]]:
         """`width` sampled next-step candidates after each prefix: one tree level, in one fork."""
-        return sample_steps.run(
-            prefixes=list(prefixes), width=width, delimiter=self.delimiter,
-            max_step_tokens=max_step_tokens or self.max_step_tokens, sampling=self.tree_sampling,
-            backend=self.draft_backend,
-        ).get_var("steps")
+        return sample_steps(
+            self.draft_backend, list(prefixes), width, self.delimiter, max_step_tokens or self.max_step_tokens,
+            self.tree_sampling,
+        )
 
     def target(
         self, prefix: str, continuations: list[str], max_step_tokens: int | list[int] | None = None,
         commit_prefix: bool = True,
     ) -> list[StepOutput]:
         """The target's step after each continuation; `max_step_tokens`: one cap, or one per continuation."""
-        state = target_steps.run(
-            prefix=prefix,
-            continuations=continuations,
-            commit_prefix=commit_prefix and len(continuations) > 1,
-            delimiter=self.delimiter,
-            max_step_tokens=max_step_tokens or self.max_step_tokens,
-            sampling=self.target_sampling,
-            backend=self.target_backend,
+        return target_steps(
+            self.target_backend, prefix, continuations, self.delimiter, max_step_tokens or self.max_step_tokens,
+            self.target_sampling, commit_prefix=commit_prefix and len(continuations) > 1,
         )
-        return state.get_var("steps")
 
     def generate(self, prefix: str, max_tokens: int) -> StepOutput:
         state = free_generation.run(

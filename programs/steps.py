@@ -1,10 +1,12 @@
-"""Draft and target step programs (SGLang frontend functions)."""
+"""Draft and target step programs: SGLang frontend functions, and batches where a fork's branches would
+each be a request and a thread of their own (target branches, tree levels)."""
 
 from __future__ import annotations
 
 import sglang as sgl
+from sglang.lang.ir import SglSamplingParams
 
-from lookahead_reasoning.programs.step_types import Sampling, read_step
+from lookahead_reasoning.programs.step_types import Sampling, StepOutput, read_step
 
 
 def checked(state, name: str):
@@ -32,6 +34,16 @@ def read_branches(branches, read) -> list:
     return values
 
 
+def _step_params(delimiter: str, max_step_tokens: int, sampling: Sampling) -> SglSamplingParams:
+    """What `_step_gen` asks of the server, for a batch."""
+    return SglSamplingParams(max_new_tokens=max_step_tokens, stop=delimiter, temperature=sampling.temperature,
+                             top_p=sampling.top_p)
+
+
+def _read_steps(answers: list[dict], delimiter: str) -> list[StepOutput]:
+    return [read_step(answer["text"], answer["meta_info"], delimiter) for answer in answers]
+
+
 def _step_gen(name: str, delimiter: str, max_step_tokens: int, sampling: Sampling):
     return sgl.gen(
         name,
@@ -57,27 +69,23 @@ def draft_steps(s, prefix, gamma, delimiter, max_step_tokens, sampling):
     s.set_var("steps", steps)
 
 
-@sgl.function
-def target_steps(s, prefix, continuations, delimiter, max_step_tokens, sampling, commit_prefix=True):
-    """One target step after each of `prefix + continuation`, all in parallel.
+def target_steps(backend, prefix, continuations, delimiter, max_step_tokens, sampling, commit_prefix=True):
+    """One target step after each of `prefix + continuation`, all in one batch (the frontend's fork, at
+    one request: `LookaheadEndpoint.generate_batch`).
 
     `max_step_tokens` is one cap for every branch, or a list with one cap per branch.
 
-    With `commit_prefix` the fork commits `prefix` first, so the server prefills it
-    once and every branch reuses it from the radix cache. The commit is one more
-    sequential request; when the caller knows the prefix is already cached (it was
-    written by a target branch of the previous round), it passes False and the
-    branches start at once.
+    With `commit_prefix` the prefix is committed first (as fork commits it), so the server prefills it
+    once and every branch reuses it from the radix cache. The commit is one more sequential request;
+    when the caller knows the prefix is already cached (it was written by a target branch of the previous
+    round), it passes False and the branches start at once.
     """
     if commit_prefix:
-        s += prefix
-        s.sync()  # fork() commits the prefix only if it sees it already applied; without this it races
+        backend.cache_prefix(prefix)
     caps = max_step_tokens if isinstance(max_step_tokens, list) else [max_step_tokens] * len(continuations)
-    branches = s.fork(len(continuations))  # forking an empty state commits nothing
-    for branch, continuation, cap in zip(branches, continuations, caps):
-        branch += continuation if commit_prefix else prefix + continuation
-        branch += _step_gen("step", delimiter, cap, sampling)
-    s.set_var("steps", read_branches(branches, lambda b: read_step(*checked(b, "step"), delimiter)))
+    requests = [backend.generation_request(prefix + continuation, _step_params(delimiter, cap, sampling))
+                for continuation, cap in zip(continuations, caps)]
+    return _read_steps(backend.generate_batch(requests), delimiter)
 
 
 @sgl.function
@@ -89,19 +97,20 @@ def conversation_prefix(s, messages):
     s += sgl.assistant_begin()
 
 
+def render_conversation(backend, messages: list[dict]) -> str:
+    """OpenAI-style messages in the backend's chat template, up to the assistant's answer."""
+    return conversation_prefix.run(messages=messages, backend=backend).text()
 
-@sgl.function
-def sample_steps(s, prefixes, width, delimiter, max_step_tokens, sampling):
+
+def sample_steps(backend, prefixes, width, delimiter, max_step_tokens, sampling):
     """`width` sampled candidates for the next step after each of `prefixes`: one level of a draft
-    tree, all in one fork. Nothing is committed first: every prefix extends text the draft server
+    tree, in one batch. Nothing is committed first: every prefix extends text the draft server
     has just written or read (the run so far, the previous level's candidates), so it is mostly
     in the radix cache already, and the level costs one parallel wave of requests."""
-    branches = s.fork(len(prefixes) * width)  # forking an empty state commits nothing
-    for i, branch in enumerate(branches):
-        branch += prefixes[i // width]
-        branch += _step_gen("step", delimiter, max_step_tokens, sampling)
-    steps = read_branches(branches, lambda b: read_step(*checked(b, "step"), delimiter))
-    s.set_var("steps", [steps[i : i + width] for i in range(0, len(steps), width)])
+    requests = [backend.generation_request(prefix, _step_params(delimiter, max_step_tokens, sampling))
+                for prefix in prefixes for _ in range(width)]
+    steps = _read_steps(backend.generate_batch(requests), delimiter)
+    return [steps[i : i + width] for i in range(0, len(steps), width)]
 
 
 @sgl.function

@@ -127,3 +127,61 @@ def test_requests_go_through_the_proxy_the_environment_names(monkeypatch):
         assert len(seen) == 1
     finally:
         listener.close()
+
+
+def _one_text_server(texts: list) -> FastAPI:
+    """A server that, like SGLang's router, takes one text per `/generate` (HTTP 422 for a list); it writes
+    the prompt's last character `max_new_tokens` times."""
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI()
+
+    @app.get("/model_info")
+    def info():
+        return {"model_path": "m"}
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        body = await request.json()
+        texts.append(body["text"])
+        if not isinstance(body["text"], str):
+            return JSONResponse({"detail": "text: expected a string"}, status_code=422)
+        tokens = body["sampling_params"]["max_new_tokens"]
+        return {"text": body["text"][-1] * tokens,
+                "meta_info": {"finish_reason": {"type": "length", "length": tokens}, "completion_tokens": tokens}}
+
+    return app
+
+
+def _requests(backend, caps=(1, 2, 3)):
+    from sglang.lang.ir import SglSamplingParams
+
+    return [backend.generation_request(text, SglSamplingParams(max_new_tokens=cap, temperature=0.0))
+            for text, cap in zip(["ab", "cd", "ef"], caps)]
+
+
+def test_a_batch_is_one_request_with_a_sampling_params_each():
+    from lookahead_reasoning.eval.simserver import SimConfig, SimServerThread
+    from lookahead_reasoning.programs.backend import LookaheadEndpoint
+
+    with SimServerThread(SimConfig(role="target", decode_ms=0.1)) as server:
+        backend = LookaheadEndpoint(server.url, chat_template="chatml", timeout_s=30)
+        backend.request_log = []
+        answers = backend.generate_batch(_requests(backend, caps=(1, 2, 3)))
+    assert len(backend.request_log) == 1
+    assert [answer["meta_info"]["completion_tokens"] for answer in answers] == [1, 2, 3]  # each its own cap
+
+
+def test_an_endpoint_that_refuses_batches_gets_single_requests_from_then_on():
+    from lookahead_reasoning.programs.backend import LookaheadEndpoint
+
+    texts: list = []
+    with UvicornThread(_one_text_server(texts)) as server:
+        backend = LookaheadEndpoint(server.url, chat_template="chatml", timeout_s=5)
+        first = backend.generate_batch(_requests(backend))
+        asked_first, texts[:] = list(texts), []
+        again = backend.with_seed(7).generate_batch(_requests(backend))  # a view of the same server knows too
+    assert [answer["text"] for answer in first] == [answer["text"] for answer in again] == ["b", "dd", "fff"]
+    assert asked_first[0] == ["ab", "cd", "ef"] and sorted(asked_first[1:]) == ["ab", "cd", "ef"]
+    assert sorted(texts) == ["ab", "cd", "ef"]  # no list asked again

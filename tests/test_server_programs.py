@@ -27,7 +27,12 @@ def reasoner(tiny_endpoints):
 def test_target_fork_branches_reuse_the_cached_prefix(reasoner):
     models = reasoner.connection.models
     prompt = models.prompt(QUESTION + " " + "Think carefully about every detail. " * 8)
-    outputs = models.target(prompt, ["", STEP_1, STEP_1 + "Hence \\boxed{5}"])
+    models.target_backend.request_log = []
+    try:
+        outputs = models.target(prompt, ["", STEP_1, STEP_1 + "Hence \\boxed{5}"])
+        assert len(models.target_backend.request_log) == 2  # the prefix's commit, then the branches in one batch
+    finally:
+        models.target_backend.request_log = None
     assert len(outputs) == 3
     for out in outputs:
         assert out.prompt_tokens > 40

@@ -73,6 +73,11 @@ def test_batched_text_commit_eos_and_cache(sims):
     capped = requests.post(url + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 3}}).json()
     assert capped["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
     assert capped["meta_info"]["e2e_latency"] >= 3 * 0.002  # SGLang's server-side time: 3 ticks of 2 ms at least
+    # as SGLang: the prompt's logprobs from `logprob_start_len` on (what `select` asks), none without it
+    asked = {"text": prompt + "a b c", "sampling_params": {"max_new_tokens": 0}, "return_logprob": True}
+    without = requests.post(url + "/generate", json=asked).json()["meta_info"]["input_token_logprobs"]
+    started = requests.post(url + "/generate", json={**asked, "logprob_start_len": 2}).json()["meta_info"]
+    assert without == [] and [entry[2] for entry in started["input_token_logprobs"]] == ["a ", "b ", "c"]
 
 
 def test_judge_is_deterministic_and_answers_yes_or_no(sims):
