@@ -2,11 +2,12 @@
 
 A CPU cannot show a GPU's latency structure (a batch of γ decodes costs about as much
 as one), so scheduler benchmarks run the real runtime and programs, over real HTTP,
-against this server. It speaks the part of SGLang's API that the frontend's
-`RuntimeEndpoint` uses: `/generate` (single or batched `text`, the prefix commit with
-`max_new_tokens` 0, stop strings and SGLang's `finish_reason` shapes, `e2e_latency`, regex-constrained
-yes/no answers with `output_top_logprobs`, `input_token_logprobs` for `select`),
-`/model_info`, `/get_model_info`, `/flush_cache` and `/health`.
+against this server. It speaks the part of SGLang's API that the programs use:
+`/generate` (single or batched `text`, with one `sampling_params` for all or one each;
+the prefix commit with `max_new_tokens` 0; stop strings and SGLang's `finish_reason`
+shapes; `e2e_latency`; regex-constrained yes/no answers with `output_top_logprobs`;
+`input_token_logprobs` from `logprob_start_len` on, for `select`), `/model_info`,
+`/get_model_info`, `/flush_cache` and `/health`.
 
 Timing (the latency model): a request first waits `prefill_ms` per prompt token not
 in the prefix cache (a token trie, so `cached_tokens` is real), then joins a shared
