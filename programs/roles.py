@@ -69,7 +69,7 @@ class SGLangStepModels:
         return state.get_var("steps")
 
     def sample(self, prefixes: list[str], width: int, max_step_tokens: int | None = None) -> list[list[StepOutput]]:
-        """`width` sampled next-step candidates after each prefix: one tree level, in one fork."""
+        """`width` sampled next-step candidates after each prefix: one tree level, in one batch."""
         return sample_steps(
             self.draft_backend, list(prefixes), width, self.delimiter, max_step_tokens or self.max_step_tokens,
             self.tree_sampling,
