@@ -199,14 +199,16 @@ class LookaheadEndpoint(RuntimeEndpoint):
     def generate_batch(self, requests_: list[dict]) -> list[dict]:
         """Requests from `generation_request`, answered in their order: one batched `/generate` (a list of
         texts, one sampling_params each), which the server batches as the frontend's fork would, at one HTTP
-        request and one thread instead of one each (a fork of 31 branches: 11 ms of client time against
-        52). The requests share their logprob fields. Where the endpoint refuses a list of texts (a router:
+        request and one thread instead of one each (a fork of 31 branches on the simulator at negligible
+        decode time: 11 ms against 52). The requests share their logprob fields. Where the endpoint refuses a list of texts (a router:
         HTTP 422), they go as concurrent single requests, from then on without asking again."""
         if len(requests_) <= 1 or self._batches_refused.is_set():
             return self._generate_each(requests_)
-        shared = {key: value for key, value in requests_[0].items() if key not in ("text", "sampling_params")}
-        if any({key: value for key, value in r.items() if key not in ("text", "sampling_params")} != shared
-               for r in requests_):
+        def logprob_fields(request: dict) -> dict:
+            return {key: value for key, value in request.items() if key not in ("text", "sampling_params")}
+
+        shared = logprob_fields(requests_[0])
+        if any(logprob_fields(request) != shared for request in requests_[1:]):
             raise ValueError("the requests of a batch share their logprob fields")
         body = {"text": [r["text"] for r in requests_], "sampling_params": [r["sampling_params"] for r in requests_],
                 **shared}
@@ -219,13 +221,13 @@ class LookaheadEndpoint(RuntimeEndpoint):
             return self._generate_each(requests_)
         if not isinstance(answers, list) or len(answers) != len(requests_):
             raise BackendError(f"{self.base_url}/generate answered a batch of {len(requests_)} with something else")
-        return [self._checked(answer) for answer in answers]
+        return [self._one_generation(answer) for answer in answers]
 
     def _generate(self, data: dict) -> dict:
         """One single-text (or single token list) `/generate` request; an aborted one is an error."""
-        return self._checked(self._request("POST", "/generate", data))
+        return self._one_generation(self._request("POST", "/generate", data))
 
-    def _checked(self, obj) -> dict:
+    def _one_generation(self, obj) -> dict:
         """One generation as the server answered it; an error where it is not one, or was aborted."""
         if not isinstance(obj, dict) or "meta_info" not in obj:
             raise BackendError(f"{self.base_url}/generate answered with something that is not one generation")
