@@ -371,7 +371,8 @@ def bench(
     if as_json:
         print(json.dumps({"points": [p.model_dump(include={
             "alpha", "c", "depth", "width", "engine", "measured_speedup", "theory_speedup", "ratio",
-            "finite_theory_speedup", "finite_ratio", "overhead_ms_per_round", "prefix_hit_ratio"}) for p in points],
+            "finite_theory_speedup", "finite_ratio", "pattern_theory_speedup", "pattern_ratio", "overhead_ms_per_round",
+            "prefix_hit_ratio"}) for p in points],
             **extra}))
     else:
         print(bench_table(points))

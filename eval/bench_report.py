@@ -29,12 +29,14 @@ def _f(value: float | None) -> str:
 
 
 def bench_table(points: list[BenchPoint]) -> str:
-    """One row per point; "N-step theory" is the theory for problems of the latency model's length (bench.py)."""
+    """One row per point; "N-step theory" is the theory for problems of the latency model's length, "drawn
+    theory" the same on the verdicts the problems drew (chains; bench.py)."""
     headers = ["α", "c", "γ", "W", "engine", "measured", "theory", "ratio", "N-step theory", "N-step ratio",
-               "overhead ms/round", "prefix hit", "realized α"]
+               "drawn theory", "drawn ratio", "overhead ms/round", "prefix hit", "realized α"]
     return markdown_table(headers, [
         [str(p.alpha), str(p.c), str(p.depth), str(p.width), p.engine, f"{p.measured_speedup:.2f}",
          f"{p.theory_speedup:.2f}", f"{p.ratio:.2f}", f"{p.finite_theory_speedup:.2f}", f"{p.finite_ratio:.2f}",
+         _f(p.pattern_theory_speedup), _f(p.pattern_ratio),
          f"{p.overhead_ms_per_round:.1f}", _f(p.prefix_hit_ratio), _f(p.realized_alpha)]
         for p in points
     ])

@@ -33,7 +33,7 @@ the formula without the branch term.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 BranchCost = Callable[[int], float]  # n target branches in one fork -> B(n)
 
@@ -148,62 +148,86 @@ def best_depth(
     return best
 
 
+def _round_outcomes(
+    engine: str, depth: int, c: float, judge: float, width: int, branch_cost: BranchCost,
+    max_nodes: int | None, window: bool | None, left: int,
+) -> list[tuple[float, int]]:
+    """The cost model's rounds with `left` steps to go: (time in target steps, steps kept) for each count X of
+    accepted positions before the first rejection, X = 0 … m, where X = m means every position was accepted.
+
+    - sync: a round drafts m = min(γ, left) steps, costs c·m + B(n) + j (n: the round's target branches;
+      none after a step that ends on EOS), and keeps the accepted drafts and the target's step after them:
+      X + 1 steps for X < m; m + 1 when all m are accepted, or m at EOS (m = left).
+    - async: up to k positions (γ + 1 for the chain pipeline, γ for windows); the first verdict comes
+      s = B + j after the round starts, each further one a draft step c later; a rejection after X accepted
+      ends the round at s + cX keeping X + 1 steps (the target's step last); k accepted positions keep k
+      steps and cost s, their drafting hidden behind the previous verification. With k ≥ ⌈s/c⌉ the depth
+      limit never holds the draft back, and a round runs on until a rejection or EOS (m = left). At the
+      end of the problem (m = left) all m accepted end it at the last verdict, s + c(m − 1).
+      (This is the formula's idealized pipeline: in pipeline.py the draft of position i + k waits for the
+      verdict on i, so k accepted positions there cost s + c, a few % less speedup at small γ.)
+    """
+    if engine == "sync":
+        m = min(depth, left)
+        eos = m == left
+        cost = c * m + branch_cost(tree_branches(m - 1 if eos else m, width, max_nodes)) + judge
+        return [(cost, x + 1) for x in range(m)] + [(cost, m if eos else m + 1)]
+    if engine != "async":
+        raise ValueError(f"engine must be sync or async, got {engine!r}")
+    k = depth if (width > 1 if window is None else window) else depth + 1
+    stage = branch_cost(tree_branches(depth, width, max_nodes)) + judge
+    m = left if k >= math.ceil(1.0 / (c / stage) - 1e-12) else min(k, left)
+    full = stage + c * (m - 1) if m == left else stage
+    return [(stage + c * x, x + 1) for x in range(m)] + [(full, m)]
+
+
 def finite_speedup(
     engine: str, depth: int, alpha: float, c: float, judge: float = 0.0, width: int = 1,
     branch_cost: BranchCost = free_branches, max_nodes: int | None = None, window: bool | None = None,
     *, steps: int,
 ) -> float:
     """Expected speedup on a problem of exactly N = `steps` steps: AR's N target steps over the method's
-    expected time, under the cost model of `engine_speedup` (exact dynamic programming over the steps left).
+    expected time, under the cost model of `engine_speedup` (exact dynamic programming over the steps left,
+    each position accepted with α; the rounds are `_round_outcomes`).
 
     The endless formulas assume every round can keep as many steps as its depth allows. A problem of N
     steps cannot: the draft stops at EOS, so the last rounds draft fewer steps, and when every draft
     through EOS is accepted there is no bonus step. So the endless formula overstates what a problem of
-    N steps can gain; this converges to it as N grows. With r steps left:
-
-    - sync: a round drafts m = min(γ, r) steps, costs c·m + B(n) + j (n: the round's target branches;
-      none after a step that ends on EOS), and keeps the accepted prefix and the target's step after it:
-      i + 1 steps with probability α^i(1 − α) for i < m; m + 1 when all m are accepted, or m at EOS (m = r).
-    - async: the formula is the long-run rate of this round: up to k positions (γ + 1 for the chain
-      pipeline, γ for windows); the first verdict comes s = B + j after the round starts, each further one
-      a draft step c later; a rejection after X accepted ends the round at s + cX keeping X + 1 steps (the
-      target's step last); k accepted positions keep k steps and cost s, their drafting hidden behind the
-      previous verification. With k ≥ ⌈s/c⌉ the depth limit never holds the draft back, and a round runs
-      on until a rejection (k = ∞: the formula's other branch). At the end of the problem a round has
-      m = min(k, r) positions; all m accepted with m = r ends the problem at the last verdict, s + c(m − 1).
-      (This is the formula's idealized pipeline: in pipeline.py the draft of position i + k waits for the
-      verdict on i, so k accepted positions there cost s + c, a few % less speedup at small γ.)
+    N steps can gain; this converges to it as N grows.
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     _check(alpha, c, depth, judge)
-    n = steps
-    left = [0.0] * (n + 1)  # left[r]: expected time to finish r steps left, in target steps
-    if engine == "sync":
-        for r in range(1, n + 1):
-            m = min(depth, r)
-            eos = m == r
-            branch = branch_cost(tree_branches(m - 1 if eos else m, width, max_nodes))
-            t = c * m + branch + judge + alpha**m * left[0 if eos else r - m - 1]
-            for i in range(m):
-                t += alpha**i * (1.0 - alpha) * left[r - i - 1]
-            left[r] = t
-        return n / left[n]
-    if engine != "async":
-        raise ValueError(f"engine must be sync or async, got {engine!r}")
-    k = depth if (width > 1 if window is None else window) else depth + 1
-    stage = branch_cost(tree_branches(depth, width, max_nodes)) + judge
-    if k >= math.ceil(1.0 / (c / stage) - 1e-12):  # unlimited: rounds end at a rejection or at EOS
-        drafted, carried = 0.0, 0.0  # Σ_{X<r} α^X (s + cX) and Σ_{X<r} α^X left[r − 1 − X]
-        for r in range(1, n + 1):
-            drafted += alpha ** (r - 1) * (stage + c * (r - 1))
-            carried = left[r - 1] + alpha * carried
-            left[r] = (1.0 - alpha) * (drafted + carried) + alpha**r * (stage + c * (r - 1))
-        return n / left[n]
-    for r in range(1, n + 1):
-        m = min(k, r)
-        t = alpha**m * (stage + c * (m - 1) if m == r else stage + left[r - m])
-        for x in range(m):
-            t += alpha**x * (1.0 - alpha) * (stage + c * x + left[r - x - 1])
+    left = [0.0] * (steps + 1)  # left[r]: expected time to finish r steps left, in target steps
+    for r in range(1, steps + 1):
+        outcomes = _round_outcomes(engine, depth, c, judge, width, branch_cost, max_nodes, window, r)
+        *rejected, (full_cost, full_kept) = outcomes
+        t = alpha ** len(rejected) * (full_cost + left[r - full_kept])
+        for x, (cost, kept) in enumerate(rejected):
+            t += alpha**x * (1.0 - alpha) * (cost + left[r - kept])
         left[r] = t
-    return n / left[n]
+    return steps / left[steps]
+
+
+def pattern_time(
+    engine: str, depth: int, verdicts: Sequence[bool], c: float, judge: float = 0.0, width: int = 1,
+    branch_cost: BranchCost = free_branches, max_nodes: int | None = None, window: bool | None = None,
+) -> float:
+    """The cost model's time, in target steps, for one problem whose step i's draft is accepted when
+    `verdicts[i]` (N = len(verdicts) steps): the rounds of `finite_speedup`, replayed on these verdicts
+    instead of averaged over them. AR takes N. Where a benchmark knows the verdicts its problems drew,
+    N / this is the speedup the theory gives them, free of the luck of a few problems' draws (the
+    expectation of this over verdicts drawn with α is N / finite_speedup)."""
+    if not verdicts:
+        raise ValueError("a problem has at least one step")
+    _check(0.0, c, depth, judge)
+    done, spent = 0, 0.0
+    while done < len(verdicts):
+        outcomes = _round_outcomes(engine, depth, c, judge, width, branch_cost, max_nodes, window,
+                                   len(verdicts) - done)
+        decided = verdicts[done:done + len(outcomes) - 1]
+        accepted = next((x for x, v in enumerate(decided) if not v), len(decided))
+        cost, kept = outcomes[accepted]
+        spent += cost
+        done += kept
+    return spent

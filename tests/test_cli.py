@@ -224,24 +224,29 @@ def test_invalid_bench_grid_values(capsys, option, value):
 
 def test_bench_sim_json_and_report(capsys, tmp_path):
     proc = invoke(capsys, 
-        "bench", "--sim", "--alphas", "0.6", "--cs", "0.25", "--depths", "1,adaptive", "--widths", "1",
+        "bench", "--sim", "--alphas", "0.6", "--cs", "0.25", "--depths", "1,adaptive", "--widths", "1,2",
         "--engines", "sync,async", "--problems", "1", "--target-ms", "2", "--no-alpha-shift",
         "--json", "--out", str(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr
     points = json.loads(proc.stdout)["points"]
-    assert len(points) == 4
+    assert len(points) == 8
     keys = {"alpha", "c", "depth", "width", "engine", "measured_speedup", "theory_speedup", "ratio",
-            "finite_theory_speedup", "finite_ratio", "overhead_ms_per_round", "prefix_hit_ratio"}
+            "finite_theory_speedup", "finite_ratio", "pattern_theory_speedup", "pattern_ratio",
+            "overhead_ms_per_round", "prefix_hit_ratio"}
     for p in points:
         assert set(p) == keys
         assert p["measured_speedup"] > 0 and p["theory_speedup"] > 0
         assert p["ratio"] == pytest.approx(p["measured_speedup"] / p["theory_speedup"])
         assert p["finite_ratio"] == pytest.approx(p["measured_speedup"] / p["finite_theory_speedup"])
         assert p["finite_theory_speedup"] <= p["theory_speedup"] + 1e-9  # 12-step problems gain no more
+        if p["width"] == 1:  # chains: the theory on the verdicts drawn (the runs' verdicts were checked against them)
+            assert p["pattern_ratio"] == pytest.approx(p["measured_speedup"] / p["pattern_theory_speedup"])
+        else:  # a tree candidate's verdict depends on its path: no drawn pattern
+            assert p["pattern_theory_speedup"] is None and p["pattern_ratio"] is None
     assert {p["depth"] for p in points} == {1, "adaptive"}
     assert (tmp_path / "bench.json").exists() and (tmp_path / "bench.md").exists()
-    assert len((tmp_path / "bench.jsonl").read_text().splitlines()) == 4  # written point by point
+    assert len((tmp_path / "bench.jsonl").read_text().splitlines()) == 8  # written point by point
     assert list(tmp_path.glob("speedup_*.png"))
 
 

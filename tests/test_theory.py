@@ -112,32 +112,38 @@ def test_linear_branch_cost_makes_ar_the_best_choice_and_free_branches_draft():
 # --- a problem of N steps: finite_speedup ----------------------------------------------------------------
 
 
-def _enumerated_speedup(engine, depth, alpha, c, j, n, branch=lambda b: 1.0, window=False):
-    """finite_speedup by brute force: every pattern of per-position verdicts (each accepted with α), the
-    engine's round rule replayed on it; a check of the dynamic programming that shares none of its code."""
+def _replayed_time(engine, depth, verdicts, c, j, branch=lambda b: 1.0, window=False):
+    """The engine's round rule replayed on one pattern of per-position verdicts, in target steps; a check of
+    the theory's rounds that shares none of its code."""
+    n = len(verdicts)
     k = depth if window else depth + 1
     stage = 1.0 + j
     unlimited = engine == "async" and k >= math.ceil(stage / c - 1e-12)
+    kept, spent = 0, 0.0
+    while kept < n:
+        left = n - kept
+        if engine == "sync":
+            m = min(depth, left)
+            spent += c * m + branch(m if m == left else m + 1) + j  # no branch after a draft that ends on EOS
+        else:
+            m = left if unlimited else min(k, left)
+        window_verdicts = list(verdicts[kept:kept + m])
+        accepted = window_verdicts.index(False) if False in window_verdicts else m
+        if engine == "async":  # verdicts at s, s + c, …; a full round of k with more to come costs s
+            spent += stage + c * accepted if accepted < m else stage + c * (m - 1) if m == left else stage
+        if accepted < m:
+            kept += accepted + 1  # the accepted drafts, then the target's step
+        else:
+            kept += m if m == left else m + (engine == "sync")  # the bonus step, except at EOS
+    return spent
+
+
+def _enumerated_speedup(engine, depth, alpha, c, j, n, branch=lambda b: 1.0, window=False):
+    """finite_speedup by brute force: every pattern of per-position verdicts (each accepted with α)."""
     expected = 0.0
     for verdicts in itertools.product((True, False), repeat=n):
         prob = math.prod(alpha if v else 1.0 - alpha for v in verdicts)
-        kept, spent = 0, 0.0
-        while kept < n:
-            left = n - kept
-            if engine == "sync":
-                m = min(depth, left)
-                spent += c * m + branch(m if m == left else m + 1) + j  # no branch after a draft that ends on EOS
-            else:
-                m = left if unlimited else min(k, left)
-            window_verdicts = verdicts[kept:kept + m]
-            accepted = window_verdicts.index(False) if False in window_verdicts else m
-            if engine == "async":  # verdicts at s, s + c, …; a full round of k with more to come costs s
-                spent += stage + c * accepted if accepted < m else stage + c * (m - 1) if m == left else stage
-            if accepted < m:
-                kept += accepted + 1  # the accepted drafts, then the target's step
-            else:
-                kept += m if m == left else m + (engine == "sync")  # the bonus step, except at EOS
-        expected += prob * spent
+        expected += prob * _replayed_time(engine, depth, verdicts, c, j, branch, window)
     return n / expected
 
 
@@ -195,7 +201,37 @@ def test_finite_speedup_converges_to_the_endless_formula(engine, depth, alpha, c
         assert theory.finite_speedup(engine, depth, alpha, c, j, width, steps=12) < endless
 
 
+def test_pattern_time_hand_values():
+    # sync γ = 1, c = .1, j = .2: a round costs 1.3 (the last, drafting the EOS step, forks one branch: 1.3 too)
+    assert theory.pattern_time("sync", 1, [True, True], 0.1, 0.2) == pytest.approx(1.3)  # d_1 and the bonus step
+    assert theory.pattern_time("sync", 1, [False, True], 0.1, 0.2) == pytest.approx(2.6)  # t_1, then d_2 at EOS
+    # γ = 4 on 3 steps: one round drafts all three (the last on EOS), 3 branches: .3 + B(3) + .2
+    assert theory.pattern_time("sync", 4, [True] * 3, 0.1, 0.2, branch_cost=float) == pytest.approx(3.5)
+    # async chain γ = 1 (k = 2), s = 1.2: accepted then rejected: s + c, keeping 2; then the last step: s
+    assert theory.pattern_time("async", 1, [True, False, True], 0.1, 0.2) == pytest.approx(1.3 + 1.2)
+
+
+@given(st.sampled_from(["sync", "async"]), st.integers(1, 5), st.lists(st.booleans(), min_size=1, max_size=14),
+       st.sampled_from([0.05, 0.1, 0.4]), st.sampled_from([0.0, 0.06, 0.3]), st.booleans())
+def test_pattern_time_replays_the_rounds(engine, depth, verdicts, c, j, window):
+    cost = (lambda b: 1.0) if engine == "async" else (lambda b: 1.0 + 0.1 * (b - 1))
+    assert theory.pattern_time(engine, depth, verdicts, c, j, branch_cost=cost, window=window) == pytest.approx(
+        _replayed_time(engine, depth, verdicts, c, j, cost, window))
+
+
+@pytest.mark.parametrize("engine, depth, window", [("sync", 2, False), ("async", 1, False), ("async", 3, True)])
+def test_pattern_time_averages_to_the_n_step_theory(engine, depth, window):
+    alpha, n = 0.7, 6
+    expected = sum(
+        math.prod(alpha if v else 1 - alpha for v in verdicts) * theory.pattern_time(engine, depth, verdicts, 0.1, 0.06,
+                                                                                    window=window)
+        for verdicts in itertools.product((True, False), repeat=n))
+    assert n / expected == pytest.approx(theory.finite_speedup(engine, depth, alpha, 0.1, 0.06, window=window, steps=n))
+
+
 def test_finite_speedup_rejects_bad_values():
+    with pytest.raises(ValueError):
+        theory.pattern_time("sync", 2, [], 0.1)
     with pytest.raises(ValueError):
         theory.finite_speedup("sync", 2, 0.5, 0.1, steps=0)
     with pytest.raises(ValueError):
@@ -205,7 +241,7 @@ def test_finite_speedup_rejects_bad_values():
 
 
 def test_bench_points_carry_the_n_step_theory():
-    from lookahead_reasoning.eval.bench import BenchPoint, _theory
+    from lookahead_reasoning.eval.bench import BenchPoint, _pattern_theory, _theory
     from lookahead_reasoning.eval.bench_report import bench_table
     from lookahead_reasoning.runtime.depth import depth_limit
 
@@ -223,9 +259,17 @@ def test_bench_points_carry_the_n_step_theory():
         theory.finite_speedup("async", d, 1 - 0.4**w, 0.1, j, w, window=True, steps=12)
         for w in (1, 2) for d in range(1, depth_limit(8, w) + 1)))
     assert tree < _theory("async", "adaptive", 0.84, 0.1, j, 2, 0.6)
+    # on drawn verdicts: AR's steps over the rounds' time, over all problems; adaptive the best fixed γ (or AR)
+    drawn = [[True, False, True, True], [False, True]]
+    times = {d: sum(theory.pattern_time("sync", d, p, 0.1, j) for p in drawn) for d in range(1, 9)}
+    assert _pattern_theory("sync", 2, 0.1, j, drawn) == pytest.approx(6 / times[2])
+    assert _pattern_theory("sync", "adaptive", 0.1, j, drawn) == pytest.approx(max(6 / t for t in times.values()))
+    assert _pattern_theory("sync", "adaptive", 0.6, 0.5, [[False] * 4]) == 1.0
     point = BenchPoint(alpha=0.6, c=0.1, depth=2, width=1, engine="sync", measured_speedup=1.2, theory_speedup=1.6,
-                       ratio=0.75, finite_theory_speedup=1.5, finite_ratio=0.8, overhead_ms_per_round=5.0,
+                       ratio=0.75, finite_theory_speedup=1.5, finite_ratio=0.8, pattern_theory_speedup=1.25,
+                       pattern_ratio=0.96, overhead_ms_per_round=5.0,
                        prefix_hit_ratio=None, realized_alpha=0.6, ar_s=1.0, method_s=1.0, rounds=4)
     header, _, row = bench_table([point]).splitlines()[:3]
     cells = dict(zip([h.strip() for h in header.split("|")], [r.strip() for r in row.split("|")]))
     assert cells["N-step theory"] == "1.50" and cells["N-step ratio"] == "0.80" and cells["ratio"] == "0.75"
+    assert cells["drawn theory"] == "1.25" and cells["drawn ratio"] == "0.96"
