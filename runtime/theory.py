@@ -210,14 +210,16 @@ def finite_speedup(
 
 
 def pattern_time(
-    engine: str, depth: int, verdicts: Sequence[bool], c: float, judge: float = 0.0, width: int = 1,
+    engine: str, depth: int, verdicts: Sequence[bool | None], c: float, judge: float = 0.0, width: int = 1,
     branch_cost: BranchCost = free_branches, max_nodes: int | None = None, window: bool | None = None,
 ) -> float:
-    """The cost model's time, in target steps, for one problem whose step i's draft is accepted when
-    `verdicts[i]` (N = len(verdicts) steps): the rounds of `finite_speedup`, replayed on these verdicts
-    instead of averaged over them. AR takes N. Where a benchmark knows the verdicts its problems drew,
-    N / this is the speedup the theory gives them, free of the luck of a few problems' draws (the
-    expectation of this over verdicts drawn with α is N / finite_speedup)."""
+    """The cost model's time, in target steps, for one problem whose position i is accepted when
+    `verdicts[i]` (N = len(verdicts) steps; for a tree, when one of its candidates is): the rounds of
+    `finite_speedup`, replayed on these verdicts instead of averaged over them. AR takes N. Where a
+    benchmark knows the verdicts its problems drew, N / this is the speedup the theory gives them, free
+    of the luck of a few problems' draws (its expectation over verdicts drawn with α is
+    N / finite_speedup). None marks a position that was never judged (a bonus step): a round that needs
+    its verdict raises ValueError."""
     if not verdicts:
         raise ValueError("a problem has at least one step")
     _check(0.0, c, depth, judge)
@@ -225,8 +227,13 @@ def pattern_time(
     while done < len(verdicts):
         outcomes = _round_outcomes(engine, depth, c, judge, width, branch_cost, max_nodes, window,
                                    len(verdicts) - done)
-        decided = verdicts[done:done + len(outcomes) - 1]
-        accepted = next((x for x, v in enumerate(decided) if not v), len(decided))
+        accepted = len(outcomes) - 1
+        for x, verdict in enumerate(verdicts[done:done + accepted]):
+            if verdict is None:
+                raise ValueError(f"the rounds need the verdict of step {done + x}, which was not drawn")
+            if not verdict:
+                accepted = x
+                break
         cost, kept = outcomes[accepted]
         spent += cost
         done += kept

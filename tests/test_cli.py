@@ -240,9 +240,9 @@ def test_bench_sim_json_and_report(capsys, tmp_path):
         assert p["ratio"] == pytest.approx(p["measured_speedup"] / p["theory_speedup"])
         assert p["finite_ratio"] == pytest.approx(p["measured_speedup"] / p["finite_theory_speedup"])
         assert p["finite_theory_speedup"] <= p["theory_speedup"] + 1e-9  # 12-step problems gain no more
-        if p["width"] == 1:  # chains: the theory on the verdicts drawn (the runs' verdicts were checked against them)
+        if p["depth"] == 1:  # the theory on the verdicts the run drew
             assert p["pattern_ratio"] == pytest.approx(p["measured_speedup"] / p["pattern_theory_speedup"])
-        else:  # a tree candidate's verdict depends on its path: no drawn pattern
+        else:  # adaptive rounds are not one fixed γ's
             assert p["pattern_theory_speedup"] is None and p["pattern_ratio"] is None
     assert {p["depth"] for p in points} == {1, "adaptive"}
     assert (tmp_path / "bench.json").exists() and (tmp_path / "bench.md").exists()

@@ -229,9 +229,26 @@ def test_pattern_time_averages_to_the_n_step_theory(engine, depth, window):
     assert n / expected == pytest.approx(theory.finite_speedup(engine, depth, alpha, 0.1, 0.06, window=window, steps=n))
 
 
+def test_bench_reads_the_drawn_verdicts_from_the_round_log():
+    from types import SimpleNamespace as Record
+
+    from lookahead_reasoning.eval.bench import _pattern_theory, drawn_verdicts
+
+    rounds = [Record(accepted=2, positions=2, kept=[0] * 3),  # both drafts accepted, then the bonus step
+              Record(accepted=1, positions=2, kept=[0] * 2),  # one accepted, the next rejected
+              Record(accepted=0, positions=1, kept=[0])]  # the last draft rejected
+    run = Record(round_log=rounds)
+    assert drawn_verdicts(run) == [True, True, None, True, False, False]
+    assert _pattern_theory("sync", 2, 0.1, 0.06, 1, [run, run]) == pytest.approx(
+        12 / (2 * theory.pattern_time("sync", 2, drawn_verdicts(run), 0.1, 0.06)))
+    assert _pattern_theory("sync", 4, 0.1, 0.06, 1, [run]) is None  # γ = 4 would judge the bonus step: not these rounds
+
+
 def test_finite_speedup_rejects_bad_values():
     with pytest.raises(ValueError):
         theory.pattern_time("sync", 2, [], 0.1)
+    with pytest.raises(ValueError, match="step 1"):
+        theory.pattern_time("sync", 2, [True, None, True], 0.1)
     with pytest.raises(ValueError):
         theory.finite_speedup("sync", 2, 0.5, 0.1, steps=0)
     with pytest.raises(ValueError):
@@ -241,7 +258,7 @@ def test_finite_speedup_rejects_bad_values():
 
 
 def test_bench_points_carry_the_n_step_theory():
-    from lookahead_reasoning.eval.bench import BenchPoint, _pattern_theory, _theory
+    from lookahead_reasoning.eval.bench import BenchPoint, _theory
     from lookahead_reasoning.eval.bench_report import bench_table
     from lookahead_reasoning.runtime.depth import depth_limit
 
@@ -259,12 +276,6 @@ def test_bench_points_carry_the_n_step_theory():
         theory.finite_speedup("async", d, 1 - 0.4**w, 0.1, j, w, window=True, steps=12)
         for w in (1, 2) for d in range(1, depth_limit(8, w) + 1)))
     assert tree < _theory("async", "adaptive", 0.84, 0.1, j, 2, 0.6)
-    # on drawn verdicts: AR's steps over the rounds' time, over all problems; adaptive the best fixed γ (or AR)
-    drawn = [[True, False, True, True], [False, True]]
-    times = {d: sum(theory.pattern_time("sync", d, p, 0.1, j) for p in drawn) for d in range(1, 9)}
-    assert _pattern_theory("sync", 2, 0.1, j, drawn) == pytest.approx(6 / times[2])
-    assert _pattern_theory("sync", "adaptive", 0.1, j, drawn) == pytest.approx(max(6 / t for t in times.values()))
-    assert _pattern_theory("sync", "adaptive", 0.6, 0.5, [[False] * 4]) == 1.0
     point = BenchPoint(alpha=0.6, c=0.1, depth=2, width=1, engine="sync", measured_speedup=1.2, theory_speedup=1.6,
                        ratio=0.75, finite_theory_speedup=1.5, finite_ratio=0.8, pattern_theory_speedup=1.25,
                        pattern_ratio=0.96, overhead_ms_per_round=5.0,
