@@ -228,14 +228,17 @@ def _theory(
     ])
 
 
-def drawn_verdicts(result: LookaheadResult) -> list[bool | None]:
+def drawn_verdicts(result: LookaheadResult) -> tuple[list[bool | None], list[bool]]:
     """Per step of a run's answer, the verdict its position drew: True for an accepted draft, False where a
-    rejection kept the target's step instead, None for a step no draft competed for (a bonus step)."""
+    rejection kept the target's step instead, None for a step no draft competed for (a bonus step); and
+    whether it was accepted with the first candidate at every level of its round so far (trees)."""
     drawn: list[bool | None] = []
+    first: list[bool] = []
     for record in result.round_log:
         decided = [True] * record.accepted + [False] * (record.positions - record.accepted)
         drawn += decided + [None] * (len(record.kept) - len(decided))
-    return drawn
+        first += [i < record.first_candidates for i in range(len(record.kept))]
+    return drawn, first
 
 
 def _pattern_theory(
@@ -246,7 +249,9 @@ def _pattern_theory(
     fixed γ cannot do unless the engine left the theory's rounds."""
     patterns = [drawn_verdicts(result) for result in results]
     try:
-        return sum(map(len, patterns)) / sum(theory.pattern_time(engine, depth, p, c, j, width) for p in patterns)
+        return sum(len(verdicts) for verdicts, _ in patterns) / sum(
+            theory.pattern_time(engine, depth, verdicts, c, j, width, first_candidate=first)
+            for verdicts, first in patterns)
     except ValueError:
         return None
 

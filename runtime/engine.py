@@ -238,7 +238,7 @@ class Engine:
         t3 = time.perf_counter()
 
         walk = self._walk(run)
-        walk_tree(tree, verdicts, target_after, walk)
+        first_children = walk_tree(tree, verdicts, target_after, walk)
         return self._finish_round(
             run, walk, depth=depth,
             judged=[
@@ -255,7 +255,7 @@ class Engine:
             target_tokens_all=sum(t.completion_tokens for t in targets), target_others=load.others,
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, width=tree.width,
-            measuring=measuring and bool(tree.nodes),
+            measuring=measuring and bool(tree.nodes), first_candidates=first_children,
         )
 
     def _finish_round(
@@ -263,6 +263,7 @@ class Engine:
         draft_s: float, target_s: float, judge_s: float, branches: int, target_tokens: int, draft_tokens: int,
         probe_tokens: int = 0, target_steps: int = 1, width: int = 1, target_tokens_all: int = 0,
         target_others: float | None = None, measuring: bool = False, target_server_s: float | None = None,
+        first_candidates: int | None = None,
     ) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
         record = RoundRecord(
@@ -273,6 +274,7 @@ class Engine:
             branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, probe_tokens=probe_tokens,
             target_steps=target_steps, width=width, target_tokens_all=target_tokens_all,
             output_tokens=sum(step_tokens(o) for o in walk.outputs), target_others=target_others, measuring=measuring,
+            first_candidates=walk.accepted if first_candidates is None else first_candidates,
         )
         run.metrics.observe_round(record, walk.outputs)
         self.policy.observe(record)  # before on_round, so a live view shows what this round taught the policy

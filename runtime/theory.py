@@ -9,9 +9,12 @@ steps per round, so:
 - async engine with a chain (step-level pipelining): the draft runs up to γ steps
   ahead of the last verified step while the target's step at the verified prefix is
   already in flight, so up to γ + 1 steps are in the pipeline and k = γ + 1;
-- async engine with a tree (window pipelining): a window of γ levels; on full
-  acceptance the next window is already being drafted from its end, so the bonus
-  step is not kept and k = γ.
+- async engine with a tree (window pipelining): a window of γ levels; while it is
+  verified, the next window is drafted from the end of its first-candidate path, so
+  the bonus step is not kept and a round keeps at most γ steps. That next window is
+  used only when the walk took the first candidate at every level; otherwise (and for
+  a problem's first window) the window's drafting is on the critical path. That is not
+  the paper's step pipeline: `f_windows` prices it.
 
 The paper's formulas leave the judge out. We add it as j = judge time per round /
 target time per step: the judge runs after the target's branches, on the critical
@@ -101,6 +104,25 @@ def f_async(k: int, alpha: float, c: float, judge: float = 0.0, branch: float = 
     return numerator / denominator
 
 
+def first_candidate_alpha(alpha: float, width: int) -> float:
+    """α₁, one candidate's acceptance, where W independent candidates accept a position with α = 1 − (1 − α₁)^W."""
+    return 1.0 - (1.0 - alpha) ** (1.0 / width)
+
+
+def f_windows(depth: int, alpha: float, c: float, judge: float = 0.0, branch: float = 1.0, width: int = 1) -> float:
+    """Asynchronous window pipelining (the async engine with a tree): E[steps] / E[time] of a round.
+
+    A round verifies a window of γ levels (its fork and judge: s = B + j) and keeps the accepted
+    positions, then the target's step at a rejection: 1 + α + … + α^(γ−1) steps. Its window was drafted
+    during the previous verification, so costs max(s, γc), when the previous round's walk took the first
+    candidate at all γ levels (probability α₁^γ); otherwise it is drafted first: γc + s.
+    """
+    _check(alpha, c, depth, judge, branch)
+    stage, drafting = branch + judge, depth * c
+    reused = first_candidate_alpha(alpha, width) ** depth
+    return expected_steps(depth, alpha) / (reused * max(stage, drafting) + (1.0 - reused) * (drafting + stage))
+
+
 def tree_branches(depth: int, width: int, max_nodes: int | None = None) -> int:
     """Target branches of one round: one per distinct prefix, the root and every draft node.
 
@@ -120,14 +142,21 @@ def engine_speedup(
 
     For a tree (width > 1) pass the per-position acceptance of the tree as α; if each
     candidate is accepted independently with α₁, that is 1 − (1 − α₁)^W. `window`: the
-    async engine pipelines windows (k = γ); None: it does for trees, and steps for chains.
+    async engine pipelines windows (`f_windows`); None: it does for trees, and steps for chains.
     """
     branch = branch_cost(tree_branches(depth, width, max_nodes))
     if engine == "sync":
         return f_sync(depth + 1, alpha, c, judge, branch)
     if engine == "async":
-        return f_async(depth if (width > 1 if window is None else window) else depth + 1, alpha, c, judge, branch)
+        if _windows(engine, width, window):
+            return f_windows(depth, alpha, c, judge, branch, width)
+        return f_async(depth + 1, alpha, c, judge, branch)
     raise ValueError(f"engine must be sync or async, got {engine!r}")
+
+
+def _windows(engine: str, width: int, window: bool | None) -> bool:
+    """Whether the async engine pipelines windows: for trees unless `window` says otherwise."""
+    return engine == "async" and (width > 1 if window is None else window)
 
 
 def combined(step_speedup: float, token_speedup: float) -> float:
@@ -158,14 +187,15 @@ def _round_outcomes(
     - sync: a round drafts m = min(γ, left) steps, costs c·m + B(n) + j (n: the round's target branches;
       none after a step that ends on EOS), and keeps the accepted drafts and the target's step after them:
       X + 1 steps for X < m; m + 1 when all m are accepted, or m at EOS (m = left).
-    - async: up to k positions (γ + 1 for the chain pipeline, γ for windows); the first verdict comes
-      s = B + j after the round starts, each further one a draft step c later; a rejection after X accepted
-      ends the round at s + cX keeping X + 1 steps (the target's step last); k accepted positions keep k
-      steps and cost s, their drafting hidden behind the previous verification. With k ≥ ⌈s/c⌉ the depth
-      limit never holds the draft back, and a round runs on until a rejection or EOS (m = left). At the
-      end of the problem (m = left) all m accepted end it at the last verdict, s + c(m − 1).
-      (This is the formula's idealized pipeline: in pipeline.py the draft of position i + k waits for the
-      verdict on i, so k accepted positions there cost s + c, a few % less speedup at small γ.)
+    - async with the chain pipeline: up to k = γ + 1 positions; the first verdict comes s = B + j after the
+      round starts, each further one a draft step c later; a rejection after X accepted ends the round at
+      s + cX keeping X + 1 steps (the target's step last); k accepted positions keep k steps and cost s,
+      their drafting hidden behind the previous verification. With k ≥ ⌈s/c⌉ the depth limit never holds
+      the draft back, and a round runs on until a rejection or EOS (m = left). At the end of the problem
+      (m = left) all m accepted end it at the last verdict, s + c(m − 1). (This is the formula's idealized
+      pipeline: in pipeline.py the draft of position i + k waits for the verdict on i, so k accepted
+      positions there cost s + c, a few % less speedup at small γ.)
+    (Windows: `_window_round`.)
     """
     if engine == "sync":
         m = min(depth, left)
@@ -174,11 +204,19 @@ def _round_outcomes(
         return [(cost, x + 1) for x in range(m)] + [(cost, m if eos else m + 1)]
     if engine != "async":
         raise ValueError(f"engine must be sync or async, got {engine!r}")
-    k = depth if (width > 1 if window is None else window) else depth + 1
+    k = depth + 1
     stage = branch_cost(tree_branches(depth, width, max_nodes)) + judge
     m = left if k >= math.ceil(1.0 / (c / stage) - 1e-12) else min(k, left)
     full = stage + c * (m - 1) if m == left else stage
     return [(stage + c * x, x + 1) for x in range(m)] + [(full, m)]
+
+
+def _window_round(depth: int, c: float, stage: float, left: int, reused: bool) -> tuple[int, float]:
+    """A window round with `left` steps to go: (positions m, time). Its m = min(γ, left) levels (the draft
+    stops at EOS) were drafted during the previous verification when `reused`: max(s, mc); else first:
+    mc + s. All verdicts come together after the fork; it keeps X + 1 steps for X < m accepted, m for all."""
+    m = min(depth, left)
+    return m, max(stage, m * c) if reused else m * c + stage
 
 
 def finite_speedup(
@@ -198,6 +236,8 @@ def finite_speedup(
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     _check(alpha, c, depth, judge)
+    if _windows(engine, width, window):
+        return steps / _finite_windows_time(depth, alpha, c, judge, width, branch_cost, max_nodes, steps)
     left = [0.0] * (steps + 1)  # left[r]: expected time to finish r steps left, in target steps
     for r in range(1, steps + 1):
         outcomes = _round_outcomes(engine, depth, c, judge, width, branch_cost, max_nodes, window, r)
@@ -209,9 +249,30 @@ def finite_speedup(
     return steps / left[steps]
 
 
+def _finite_windows_time(
+    depth: int, alpha: float, c: float, judge: float, width: int, branch_cost: BranchCost, max_nodes: int | None,
+    steps: int,
+) -> float:
+    """Expected time of a problem of `steps` steps under window pipelining (`_window_round`): the first
+    window is drafted first; the next is reused when the walk took the first candidate at every level."""
+    stage = branch_cost(tree_branches(depth, width, max_nodes)) + judge
+    first = first_candidate_alpha(alpha, width)
+    cold, warm = [0.0] * (steps + 1), [0.0] * (steps + 1)  # time for r steps left, the window drafted first or reused
+    for r in range(1, steps + 1):
+        for table, reused in ((cold, False), (warm, True)):
+            m, t = _window_round(depth, c, stage, r, reused)
+            for x in range(m):
+                t += alpha**x * (1.0 - alpha) * cold[r - x - 1]
+            if m < r:
+                t += first**m * warm[r - m] + (alpha**m - first**m) * cold[r - m]
+            table[r] = t
+    return cold[steps]
+
+
 def pattern_time(
     engine: str, depth: int, verdicts: Sequence[bool | None], c: float, judge: float = 0.0, width: int = 1,
     branch_cost: BranchCost = free_branches, max_nodes: int | None = None, window: bool | None = None,
+    first_candidate: Sequence[bool] | None = None,
 ) -> float:
     """The cost model's time, in target steps, for one problem whose position i is accepted when
     `verdicts[i]` (N = len(verdicts) steps; for a tree, when one of its candidates is): the rounds of
@@ -219,22 +280,38 @@ def pattern_time(
     benchmark knows the verdicts its problems drew, N / this is the speedup the theory gives them, free
     of the luck of a few problems' draws (its expectation over verdicts drawn with α is
     N / finite_speedup). None marks a position that was never judged (a bonus step): a round that needs
-    its verdict raises ValueError."""
+    its verdict raises ValueError. For window pipelining, `first_candidate[i]`: position i was accepted
+    with the first candidate at every level of its round so far (None: every accepted position was, as
+    in a chain)."""
     if not verdicts:
         raise ValueError("a problem has at least one step")
     _check(0.0, c, depth, judge)
+    if _windows(engine, width, window):
+        first = list(verdicts) if first_candidate is None else list(first_candidate)
+        stage = branch_cost(tree_branches(depth, width, max_nodes)) + judge
+        done, spent, reused = 0, 0.0, False
+        while done < len(verdicts):
+            m, cost = _window_round(depth, c, stage, len(verdicts) - done, reused)
+            accepted = _accepted(verdicts, done, m)
+            spent += cost
+            reused = accepted == m and all(first[done:done + m])
+            done += accepted + (accepted < m)
+        return spent
     done, spent = 0, 0.0
     while done < len(verdicts):
         outcomes = _round_outcomes(engine, depth, c, judge, width, branch_cost, max_nodes, window,
                                    len(verdicts) - done)
-        accepted = len(outcomes) - 1
-        for x, verdict in enumerate(verdicts[done:done + accepted]):
-            if verdict is None:
-                raise ValueError(f"the rounds need the verdict of step {done + x}, which was not drawn")
-            if not verdict:
-                accepted = x
-                break
-        cost, kept = outcomes[accepted]
+        cost, kept = outcomes[_accepted(verdicts, done, len(outcomes) - 1)]
         spent += cost
         done += kept
     return spent
+
+
+def _accepted(verdicts: Sequence[bool | None], start: int, positions: int) -> int:
+    """Accepted positions from `start` before the first rejection, of at most `positions`."""
+    for x, verdict in enumerate(verdicts[start:start + positions]):
+        if verdict is None:
+            raise ValueError(f"the rounds need the verdict of step {start + x}, which was not drawn")
+        if not verdict:
+            return x
+    return positions

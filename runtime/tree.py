@@ -106,13 +106,15 @@ def target_branches(tree: DraftTree, bonus: bool) -> list[int]:
 
 def walk_tree(
     tree: DraftTree, verdicts: list[Verdict], target_after: dict[int, StepOutput], walk: AcceptanceWalk
-) -> None:
+) -> int:
     """Feed the tree to `walk` from the root: at each node, the first child (in order) that the acceptance
     rule accepts; a rejection when no child is accepted, the target's step after the end when it has none.
+    Returns how many accepted positions, from the root, were first children: the path the async engine
+    drafts the next window from (`DraftTree.optimistic_path`) was walked that far.
 
     It goes on past the token cap, so that every position the verifier decided is counted.
     """
-    cur = ROOT
+    cur, first_children, optimistic = ROOT, 0, True
     while not walk.ended:
         expected = target_after.get(cur)
         if expected is None:  # a leaf the target did not extend (without `bonus`)
@@ -122,8 +124,11 @@ def walk_tree(
         nxt = next((i for i in children if accepts(verdicts[i], tree.nodes[i].step, expected)), None)
         if nxt is not None:
             walk.accept(tree.nodes[nxt].step, verdicts[nxt].score)  # ends the walk if it did not end on the delimiter
+            optimistic = optimistic and nxt == children[0]
+            first_children += optimistic
             cur = nxt
         elif children:
             walk.reject(expected)
         else:
             walk.close(expected)
+    return first_children

@@ -242,6 +242,7 @@ def test_async_windows_for_trees_keep_no_bonus_step():
     assert result.text == DELIM.join(script)
     full = [r for r in result.round_log if r.accepted == r.depth]
     assert full and all(r.kept[-1].source == "draft" for r in full)  # the next window was drafted without it
+    assert all(r.first_candidates == r.accepted for r in result.round_log)  # the first candidates were accepted
 
 
 def test_async_discards_the_speculative_window_on_a_reject():
@@ -261,6 +262,7 @@ def test_tree_first_accepted_candidate_wins():
     assert kept[0] == TARGET[0] + DELIM  # identical candidate: exact fast path
     assert kept[1] == "that gives 6 v2" + DELIM  # the accepted candidate at position 2
     assert first.accepted == 2
+    assert first.first_candidates == 1  # off the first-candidate path (the next window's base) at position 2
 
 
 def test_tree_drafting_samples_even_with_greedy_draft_settings():

@@ -43,9 +43,23 @@ def test_judge_term_slows_both_engines_and_vanishes_at_zero():
 def test_engine_depth_mapping():
     assert theory.engine_speedup("sync", 2, 0.5, 0.1) == theory.f_sync(3, 0.5, 0.1)
     assert theory.engine_speedup("async", 2, 0.5, 0.1) == theory.f_async(3, 0.5, 0.1)  # chain: pipelined
-    assert theory.engine_speedup("async", 2, 0.5, 0.1, width=2) == theory.f_async(2, 0.5, 0.1)  # tree windows
+    assert theory.engine_speedup("async", 2, 0.5, 0.1, width=2) == theory.f_windows(2, 0.5, 0.1, width=2)  # trees
     # a chain round inside the window pipeline (an adaptive tree config that chose W = 1): windows too
-    assert theory.engine_speedup("async", 2, 0.5, 0.1, window=True) == theory.f_async(2, 0.5, 0.1)
+    assert theory.engine_speedup("async", 2, 0.5, 0.1, window=True) == theory.f_windows(2, 0.5, 0.1)
+
+
+def test_window_pipelining_hand_values():
+    # γ = 2, α = .5, c = .1: 1.5 steps a round; a chain's window is reused after two accepted (.25): max(1, .2),
+    # else drafted first: .2 + 1
+    assert theory.f_windows(2, 0.5, 0.1) == pytest.approx(1.5 / (0.25 * 1.0 + 0.75 * 1.2))
+    # W = 2 at the same per-position α: each candidate is accepted with 1 − √.5, the first at both levels less often
+    first = 1 - 0.5**0.5
+    assert theory.first_candidate_alpha(0.5, 2) == pytest.approx(first)
+    assert theory.f_windows(2, 0.5, 0.1, width=2) == pytest.approx(1.5 / (first**2 * 1.0 + (1 - first**2) * 1.2))
+    # drafting longer than the verification stage shows even when reused: max(s, γc); j and B add to s
+    assert theory.f_windows(4, 0.5, 0.4, judge=0.2, branch=1.5) == pytest.approx(
+        theory.expected_steps(4, 0.5) / (0.0625 * 1.7 + 0.9375 * 3.3))
+    assert theory.f_windows(3, 1.0, 0.1) == pytest.approx(3.0)  # all accepted: γ steps a stage
     assert theory.combined(1.5, 2.0) == 3.0
 
 
@@ -114,10 +128,21 @@ def test_linear_branch_cost_makes_ar_the_best_choice_and_free_branches_draft():
 
 def _replayed_time(engine, depth, verdicts, c, j, branch=lambda b: 1.0, window=False):
     """The engine's round rule replayed on one pattern of per-position verdicts, in target steps; a check of
-    the theory's rounds that shares none of its code."""
+    the theory's rounds that shares none of its code. For windows a verdict is "first" (accepted with the
+    first candidate), "other" (accepted with another) or False; elsewhere True or False."""
     n = len(verdicts)
-    k = depth if window else depth + 1
     stage = 1.0 + j
+    if engine == "async" and window:
+        kept, spent, reused = 0, 0.0, False
+        while kept < n:
+            m = min(depth, n - kept)
+            spent += max(stage, c * m) if reused else c * m + stage
+            round_verdicts = list(verdicts[kept:kept + m])
+            accepted = round_verdicts.index(False) if False in round_verdicts else m
+            reused = round_verdicts == ["first"] * m
+            kept += accepted + 1 if accepted < m else m
+        return spent
+    k = depth + 1
     unlimited = engine == "async" and k >= math.ceil(stage / c - 1e-12)
     kept, spent = 0, 0.0
     while kept < n:
@@ -138,11 +163,17 @@ def _replayed_time(engine, depth, verdicts, c, j, branch=lambda b: 1.0, window=F
     return spent
 
 
-def _enumerated_speedup(engine, depth, alpha, c, j, n, branch=lambda b: 1.0, window=False):
-    """finite_speedup by brute force: every pattern of per-position verdicts (each accepted with α)."""
+def _enumerated_speedup(engine, depth, alpha, c, j, n, branch=lambda b: 1.0, window=False, width=1):
+    """finite_speedup by brute force: every pattern of per-position verdicts (each accepted with α; for
+    windows with the first of W independent candidates with α₁, 1 − (1 − α₁)^W = α)."""
+    if engine == "async" and window:
+        first = 1 - (1 - alpha) ** (1 / width)
+        outcomes = {"first": first, "other": alpha - first, False: 1 - alpha}
+    else:
+        outcomes = {True: alpha, False: 1 - alpha}
     expected = 0.0
-    for verdicts in itertools.product((True, False), repeat=n):
-        prob = math.prod(alpha if v else 1.0 - alpha for v in verdicts)
+    for verdicts in itertools.product(outcomes, repeat=n):
+        prob = math.prod(outcomes[v] for v in verdicts)
         expected += prob * _replayed_time(engine, depth, verdicts, c, j, branch, window)
     return n / expected
 
@@ -169,8 +200,11 @@ def test_finite_async_hand_values():
     # both accepted (a full round of k = 2, no EOS): s + T(1) = 2.4
     assert theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, steps=3) == pytest.approx(
         3 / (0.5 * 3.05 + 0.25 * 2.5 + 0.25 * 2.4))
-    # windows of γ = 1 keep one step per round whatever the verdict: s per step, as the endless formula says
-    assert theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, width=2, steps=2) == pytest.approx(1 / 1.2)
+    # windows of γ = 1 keep one step a round; the first is drafted first (c + s = 1.3), the second too after a
+    # rejection or an acceptance of the second candidate, else reused (s = 1.2); the first candidate: 1 − √.5
+    first = 1 - 0.5**0.5
+    assert theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, width=2, steps=2) == pytest.approx(
+        2 / (1.3 + first * 1.2 + (1 - first) * 1.3))
     # k = 3 >= ⌈s/c⌉ = 2: no depth limit, rounds run on to a rejection. N = 3 (α = .5, c = .5, s = 1):
     # .5(1 + T(2)) + .25(1.5 + T(1)) + .125·2 + .125·2 with T(1) = 1, T(2) = 1.75
     assert theory.finite_speedup("async", 2, 0.5, 0.5, steps=2) == pytest.approx(2 / 1.75)
@@ -187,6 +221,13 @@ def test_finite_speedup_matches_brute_force(engine, depth, alpha, c, j, window):
     for n in (1, 2, 3, 5, 9):
         assert theory.finite_speedup(engine, depth, alpha, c, j, branch_cost=cost, window=window, steps=n) == \
             pytest.approx(_enumerated_speedup(engine, depth, alpha, c, j, n, cost, window)), n
+
+
+@pytest.mark.parametrize("depth, alpha, c, width", [(1, 0.6, 0.1, 2), (3, 0.84, 0.1, 2), (2, 0.7, 0.5, 3), (4, 0.9, 0.05, 2)])
+def test_finite_windows_match_brute_force(depth, alpha, c, width):
+    for n in (1, 2, 3, 6):
+        assert theory.finite_speedup("async", depth, alpha, c, 0.06, width, steps=n) == pytest.approx(
+            _enumerated_speedup("async", depth, alpha, c, 0.06, n, window=True, width=width)), n
 
 
 @pytest.mark.parametrize("engine", ["sync", "async"])
@@ -212,11 +253,20 @@ def test_pattern_time_hand_values():
 
 
 @given(st.sampled_from(["sync", "async"]), st.integers(1, 5), st.lists(st.booleans(), min_size=1, max_size=14),
-       st.sampled_from([0.05, 0.1, 0.4]), st.sampled_from([0.0, 0.06, 0.3]), st.booleans())
-def test_pattern_time_replays_the_rounds(engine, depth, verdicts, c, j, window):
+       st.sampled_from([0.05, 0.1, 0.4]), st.sampled_from([0.0, 0.06, 0.3]))
+def test_pattern_time_replays_the_rounds(engine, depth, verdicts, c, j):
     cost = (lambda b: 1.0) if engine == "async" else (lambda b: 1.0 + 0.1 * (b - 1))
-    assert theory.pattern_time(engine, depth, verdicts, c, j, branch_cost=cost, window=window) == pytest.approx(
-        _replayed_time(engine, depth, verdicts, c, j, cost, window))
+    assert theory.pattern_time(engine, depth, verdicts, c, j, branch_cost=cost) == pytest.approx(
+        _replayed_time(engine, depth, verdicts, c, j, cost))
+
+
+@given(st.integers(1, 5), st.lists(st.sampled_from(["first", "other", False]), min_size=1, max_size=14),
+       st.sampled_from([0.05, 0.1, 0.4]), st.sampled_from([0.0, 0.06, 0.3]))
+def test_pattern_time_replays_windows(depth, drawn, c, j):
+    verdicts = [v != False for v in drawn]  # noqa: E712 (the strings are accepted positions)
+    first = [v == "first" for v in drawn]
+    assert theory.pattern_time("async", depth, verdicts, c, j, width=2, first_candidate=first) == pytest.approx(
+        _replayed_time("async", depth, drawn, c, j, window=True))
 
 
 @pytest.mark.parametrize("engine, depth, window", [("sync", 2, False), ("async", 1, False), ("async", 3, True)])
@@ -234,14 +284,23 @@ def test_bench_reads_the_drawn_verdicts_from_the_round_log():
 
     from lookahead_reasoning.eval.bench import _pattern_theory, drawn_verdicts
 
-    rounds = [Record(accepted=2, positions=2, kept=[0] * 3),  # both drafts accepted, then the bonus step
-              Record(accepted=1, positions=2, kept=[0] * 2),  # one accepted, the next rejected
-              Record(accepted=0, positions=1, kept=[0])]  # the last draft rejected
+    rounds = [Record(accepted=2, positions=2, kept=[0] * 3, first_candidates=2),  # both accepted, the bonus step
+              Record(accepted=1, positions=2, kept=[0] * 2, first_candidates=1),  # one accepted, the next rejected
+              Record(accepted=0, positions=1, kept=[0], first_candidates=0)]  # the last draft rejected
     run = Record(round_log=rounds)
-    assert drawn_verdicts(run) == [True, True, None, True, False, False]
+    verdicts, first = drawn_verdicts(run)
+    assert verdicts == [True, True, None, True, False, False]
     assert _pattern_theory("sync", 2, 0.1, 0.06, 1, [run, run]) == pytest.approx(
-        12 / (2 * theory.pattern_time("sync", 2, drawn_verdicts(run), 0.1, 0.06)))
+        12 / (2 * theory.pattern_time("sync", 2, verdicts, 0.1, 0.06)))
     assert _pattern_theory("sync", 4, 0.1, 0.06, 1, [run]) is None  # γ = 4 would judge the bonus step: not these rounds
+    # a tree's window rounds: the second accepted its only position with another candidate than the first
+    windows = Record(round_log=[Record(accepted=2, positions=2, kept=[0] * 2, first_candidates=2),
+                                Record(accepted=2, positions=2, kept=[0] * 2, first_candidates=1),
+                                Record(accepted=1, positions=2, kept=[0] * 2, first_candidates=1)])
+    verdicts, first = drawn_verdicts(windows)
+    assert verdicts == [True, True, True, True, True, False] and first == [True, True, True, False, True, False]
+    # the first window drafted first (.2 + 1.06), the second reused (1.06), the third drafted first again
+    assert _pattern_theory("async", 2, 0.1, 0.06, 2, [windows]) == pytest.approx(6 / (1.26 + 1.06 + 1.26))
 
 
 def test_finite_speedup_rejects_bad_values():
