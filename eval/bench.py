@@ -21,7 +21,8 @@ problems. Reported per point:
   is accounted for (per-request latency, client-side work, the luck of a few problems' verdicts);
 - pattern_theory_speedup: the same cost model replayed on the verdicts the runs drew
   (runtime.theory.pattern_time; `drawn_verdicts` reads them from the round log: per step, accepted,
-  rejected, or a bonus step nobody judged). The simulated judge draws one verdict per (problem, step) for
+  rejected, or a bonus step nobody judged, and for trees whether the walk took the first candidate, which
+  decides whether the async engine's next window is used). The simulated judge draws one verdict per (problem, step) for
   a chain, shared by every γ at the same α, so with a few problems the expected theory sits several %
   above or below what the draws allow, the same way at every point of an α; this one does not. Fixed γ
   only (adaptive rounds change γ and cap steps);
