@@ -147,9 +147,9 @@ def engine_speedup(
     branch = branch_cost(tree_branches(depth, width, max_nodes))
     if engine == "sync":
         return f_sync(depth + 1, alpha, c, judge, branch)
+    if _windows(engine, width, window):
+        return f_windows(depth, alpha, c, judge, branch, width)
     if engine == "async":
-        if _windows(engine, width, window):
-            return f_windows(depth, alpha, c, judge, branch, width)
         return f_async(depth + 1, alpha, c, judge, branch)
     raise ValueError(f"engine must be sync or async, got {engine!r}")
 
@@ -178,8 +178,8 @@ def best_depth(
 
 
 def _round_outcomes(
-    engine: str, depth: int, c: float, judge: float, width: int, branch_cost: BranchCost,
-    max_nodes: int | None, window: bool | None, left: int,
+    engine: str, depth: int, c: float, judge: float, width: int, branch_cost: BranchCost, max_nodes: int | None,
+    left: int,
 ) -> list[tuple[float, int]]:
     """The cost model's rounds with `left` steps to go: (time in target steps, steps kept) for each count X of
     accepted positions before the first rejection, X = 0 … m, where X = m means every position was accepted.
@@ -240,7 +240,7 @@ def finite_speedup(
         return steps / _finite_windows_time(depth, alpha, c, judge, width, branch_cost, max_nodes, steps)
     left = [0.0] * (steps + 1)  # left[r]: expected time to finish r steps left, in target steps
     for r in range(1, steps + 1):
-        outcomes = _round_outcomes(engine, depth, c, judge, width, branch_cost, max_nodes, window, r)
+        outcomes = _round_outcomes(engine, depth, c, judge, width, branch_cost, max_nodes, r)
         *rejected, (full_cost, full_kept) = outcomes
         t = alpha ** len(rejected) * (full_cost + left[r - full_kept])
         for x, (cost, kept) in enumerate(rejected):
@@ -299,8 +299,7 @@ def pattern_time(
         return spent
     done, spent = 0, 0.0
     while done < len(verdicts):
-        outcomes = _round_outcomes(engine, depth, c, judge, width, branch_cost, max_nodes, window,
-                                   len(verdicts) - done)
+        outcomes = _round_outcomes(engine, depth, c, judge, width, branch_cost, max_nodes, len(verdicts) - done)
         cost, kept = outcomes[_accepted(verdicts, done, len(outcomes) - 1)]
         spent += cost
         done += kept
