@@ -20,14 +20,17 @@ sequence of `steps` steps of `step_tokens` tokens separated by "\\n\\n"; the las
 with EOS. The step index is the number of delimiters already in the assistant's text,
 so a capped step continues where it stopped. A draft server writes other words than
 a target server, and a draft request with a `sampling_seed` writes a variant of its
-own, so tree candidates differ. Each step's first word names the problem (a hash of the
-turns before the answer). A judge request (one with a regex) answers yes with
+own, so tree candidates differ. Every word of a step names the step and the problem (a
+hash of the turns before the answer). A judge request (one with a regex) answers yes with
 probability α(step), decided by a hash of the seed and the prompt: deterministic. The
 judge's prompt holds only the two steps, so a verdict is one draw per (problem, step,
 candidate): independent across problems, and the same for every method that judges
 that step, which compares methods on common draws. (Before the steps named their
 problem, every problem of a benchmark drew the same verdicts: a point was one pattern
-of accepted and rejected steps, and which fixed γ fit it best was luck.)
+of accepted and rejected steps, and which fixed γ fit it best was luck. Later only a step's
+first word named it, and the rest of a step that an AR stretch's token cap had cut read
+the same in every problem: the adaptive policy's probes after stretches cut at one token
+drew one verdict for all problems, and at slope 0 × 16 sync its α̂ sank to 0.2 where α was 0.7.)
 
 Faults: POST /sim/fault {"mode": "fail"} answers every request with HTTP 500,
 {"mode": "stall"} never answers, {"mode": "ok"} heals.
@@ -188,11 +191,11 @@ class SimEngine:
     # --- text model -------------------------------------------------------------------
 
     def _step_tokens(self, index: int, variant: int | None, problem: str) -> list[str]:
-        """A step's tokens. Its first word names the problem, so that the judge, which sees only the two
-        steps, draws its verdict for each problem's step afresh (the same for every method that reaches it)."""
+        """A step's tokens; every word names the step and the problem (see the module docstring)."""
         c = self.state.config
         tag = "t" if c.role != "draft" else f"d{variant or 0}"
-        words = [f"s{index}-{tag}.{problem} "] + [f"w{n}-{tag} " for n in range(c.step_tokens - 2)] + [f"end{index}."]
+        words = ([f"s{index}-{tag}.{problem} "] + [f"w{n}.s{index}-{tag}.{problem} " for n in range(c.step_tokens - 2)]
+                 + [f"end{index}."])
         return words
 
     def _stream(self, prompt: str, variant: int | None) -> tuple[list[str], bool]:

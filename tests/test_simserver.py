@@ -92,14 +92,14 @@ def test_judge_is_deterministic_and_answers_yes_or_no(sims):
     assert all(a.p_yes in (pytest.approx(0.95), pytest.approx(0.05)) for a in first)
 
 
-def _first_step(url: str, question: str, answer: str = "") -> str:
+def _first_step(url: str, question: str, answer: str = "", max_tokens: int = 50) -> str:
     prompt = f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n{answer}"
-    body = {"text": prompt, "sampling_params": {"max_new_tokens": 50, "stop": "\n\n"}}
+    body = {"text": prompt, "sampling_params": {"max_new_tokens": max_tokens, "stop": "\n\n"}}
     return requests.post(url + "/generate", json=body).json()["text"]
 
 
 def test_the_judge_draws_each_problems_verdicts_afresh_whatever_came_before(sims):
-    """The judge sees only the two steps: each step names its problem, so that the problems of a benchmark
+    """The judge sees only the two steps: every word of a step names its problem, so that the problems of a benchmark
     do not all share one pattern of verdicts, and a step reads the same after any prefix, so that every
     method that judges it draws the same verdict."""
     from lookahead_reasoning.programs import LookaheadEndpoint, judge_pairs
@@ -112,6 +112,13 @@ def test_the_judge_draws_each_problems_verdicts_afresh_whatever_came_before(sims
     after_target = _first_step(sims.draft.url, questions[0], target_first + "\n\n")
     after_draft = _first_step(sims.draft.url, questions[0], draft_first + "\n\n")
     assert after_target == after_draft and after_target.startswith("s1-d0.")
+    # the rest of a step cut in the middle (an AR stretch's token cap) names its problem too: one draw each
+    heads = [_first_step(sims.target.url, q, max_tokens=3) for q in questions]
+    rests = [(_first_step(sims.target.url, q, head), _first_step(sims.draft.url, q, head))
+             for q, head in zip(questions, heads)]
+    assert len(set(rests)) == len(questions) and not rests[0][0].startswith("s0-")
+    verdicts = [a.answer for a in judge_pairs(LookaheadEndpoint(sims.judge.url, chat_template="chatml"), rests)]
+    assert 0.2 < verdicts.count("yes") / len(verdicts) < 0.8  # were all one answer: one draw for every problem
 
 
 @pytest.mark.parametrize("engine_class", [SyncEngine, AsyncEngine])
