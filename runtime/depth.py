@@ -63,7 +63,9 @@ the model would run: a γ = 1 round can lose to AR stretches where a deeper one 
 probing at γ = 1 would then keep the rates saying AR.
 
 Drafting is rationed across the runs that share the policy: at most `draft_slots` of them are in a
-drafting round at once, and a run whose plan would draft beyond that writes an AR stretch instead.
+drafting round at once, and a run whose plan would draft beyond that writes a lone AR step and asks
+again (a stretch there locked the runs that a burst of 16 left out into AR for 8 of their 10 steps, while
+the slots widened to every run within two rounds: 0.84 of fixed γ = 2 at slope 0 × 16 sync).
 It starts at one run; each timed drafting round doubles it (up to every run) while the measured
 rates say drafting is at least as fast as AR (`GAIN_TO_WIDEN`), if it began with every slot taken,
 and halves it when they say drafting loses. Without it, whenever the plan turned to drafting (the cold start's round that measures the
@@ -291,8 +293,12 @@ class AcceptanceTally:
     def positions(self) -> float:
         return sum(self.slow)
 
-    def estimate(self) -> float:
-        return self._mean(self.slow)
+    def estimate(self, optimistic: bool = False) -> float:
+        """α̂; `optimistic`: one standard error above it, what the plan prices (see AdaptiveDepth.alpha_at)."""
+        mean = self._mean(self.slow)
+        if not optimistic:
+            return mean
+        return min(0.999, mean + math.sqrt(mean * (1.0 - mean) / (self.positions + 1.0)))
 
     def add(self, accepted: float, rejected: float, forget: float, slow_forget: float) -> None:
         self.fast = (forget * self.fast[0] + accepted, forget * self.fast[1] + rejected)
@@ -352,15 +358,19 @@ class AdaptiveDepth:
     def _branch_cost(self, n: int) -> float:
         return self.costs.branch_cost(n, self._concurrency())
 
-    def alpha_at(self, width: int) -> float:
-        """Per-position acceptance at `width`: measured, or derived from the best-known width."""
+    def alpha_at(self, width: int, optimistic: bool = False) -> float:
+        """Per-position acceptance at `width`: measured, or derived from the best-known width. `optimistic`:
+        one standard error above the estimate, which the plan prices, so that while few positions are judged
+        it leans to drafting, which judges more. Planning at α̂ itself, three unlucky verdicts at the start
+        (α̂ 0.38 where α was 0.7) held the runs at AR, where the probes judge one position now and then, for
+        most of 64 problems at slope 0 × 16 sync. The lean fades as positions add up (±0.03 at 200)."""
         tally = self._tallies.get(width)
         if tally is not None and tally.positions >= 1.0:
-            return tally.estimate()
+            return tally.estimate(optimistic)
         if not self._tallies:
             return AcceptanceTally.PRIOR_MEAN
         known, tally = max(self._tallies.items(), key=lambda item: item[1].positions)
-        return 1.0 - (1.0 - tally.estimate()) ** (width / known)
+        return 1.0 - (1.0 - tally.estimate(optimistic)) ** (width / known)
 
     @property
     def alpha(self) -> float:
@@ -412,7 +422,8 @@ class AdaptiveDepth:
         c = self.costs.c(self._concurrency())
         if c is None or not self.costs.ready:
             return {}
-        return {w: self._best(w, min(self.alpha_at(w), 0.999), max(c, 1e-3)) for w in range(1, self.width + 1)}
+        return {w: self._best(w, min(self.alpha_at(w, optimistic=True), 0.999), max(c, 1e-3))
+                for w in range(1, self.width + 1)}
 
     def width_speedups(self) -> dict[int, float]:
         """The best expected speedup at each width the policy may choose (empty until it can plan)."""
@@ -522,8 +533,8 @@ class AdaptiveDepth:
                 self._probe_claim = None
             plan = self._next_round(seconds_left, first, me)
             if plan.depth and len(self._drafting) >= self.draft_slots:
-                # others are drafting, and theirs measure it: this run writes a stretch, as AR would
-                return self._stretch_plan(seconds_left)
+                # others are drafting, and theirs measure it: this run writes a lone step and asks again
+                return RoundPlan(0)
             if plan.depth:
                 self._drafting.add(me)
                 if len(self._drafting) >= self.draft_slots:
@@ -569,8 +580,13 @@ class AdaptiveDepth:
     def _probe_taken(self, fork: bool) -> None:
         """A probe is planned now: the count to the next one starts again. After a fork probe, where the model
         itself plans AR, the next one comes twice as late, up to PROBE_BACKOFF times. Drafted probes keep the
-        budget's spacing: they also renew α̂, and a few unlucky rejections at the start need them to recover."""
-        self.ar_rounds = 0
+        budget's spacing: they also renew α̂, and a few unlucky rejections at the start need them to recover.
+        The count keeps what it held beyond the spacing, up to a probe owed by each other run in flight: runs
+        that share the policy end their stretches together, and one of them takes the probe, so zeroing it
+        lost the rest (at slope 0 × 16 sync, 12 probes over 64 problems of 12 steps where the budget allowed
+        90, and one unlucky early verdict held α̂ low for all of them)."""
+        spacing = self.probe_spacing()
+        self.ar_rounds = min(max(0, self.ar_rounds - spacing), spacing * (self._concurrency() - 1))
         if fork and not self._model_plan()[0]:
             self._backoff = min(PROBE_BACKOFF, 2 * self._backoff)
 

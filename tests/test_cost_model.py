@@ -1,5 +1,6 @@
 """The online cost model on scripted timings, and the adaptive policy that plans with it."""
 
+import math
 import queue
 import random
 import statistics
@@ -438,7 +439,8 @@ def test_drafting_is_priced_against_ar_as_it_runs_in_stretches_that_pay_the_fixe
         return policy, policy.cost_estimate()
 
     policy, estimate = policy_with(0.0)
-    assert estimate.planned_depth == 1 and estimate.expected_speedup == pytest.approx(1.5 / 1.2, rel=0.01)
+    planned_alpha = 0.5 + math.sqrt(0.25 / 101)  # the plan prices α̂ one standard error up (100 positions)
+    assert estimate.planned_depth == 1 and estimate.expected_speedup == pytest.approx((1 + planned_alpha) / 1.2, rel=0.01)
     policy, estimate = policy_with(37.5 * T)  # the mean step's tokens take as long
     steps = policy._stretch(None)[0]
     share = estimate.request_overhead_s / (estimate.request_overhead_s + estimate.step_tokens * T)
@@ -827,14 +829,15 @@ def _shared_policy(runs):
 
 def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
     """16 runs share a policy whose model says drafting pays (free branches) before any drafting round was
-    timed: one run drafts, the others write AR stretches (all 16 used to draft deep at once, on a client out
-    of CPU: 0.37× AR at slope 0 × 16 sync). Each drafting round measured at least as fast as AR rounds lets
+    timed: one run drafts, the others write a lone AR step and ask again (all 16 used to draft deep at once,
+    on a client out of CPU: 0.37× AR at slope 0 × 16 sync; with stretches instead, the runs a burst left out
+    wrote most of their problem as AR). Each drafting round measured at least as fast as AR rounds lets
     twice the runs draft at once, up to every run; rounds that lose halve them."""
     policy = _shared_policy(16)
     with _runs_in_threads(policy, 16) as ask:
         plans = [ask(i) for i in range(16)]
         assert [p.depth > 0 for p in plans].count(True) == 1
-        assert sum(bool(p.stretch_tokens) for p in plans) == 14  # and one AR check, which comes as it would anyway
+        assert all(p == RoundPlan(0) for p in plans if not p.depth)  # lone steps: nothing locks them into AR
         for _ in range(2):
             policy.observe(_timed(0, T))
         slots = []
@@ -947,3 +950,42 @@ def test_the_round_that_measures_the_draft_forks_no_branch_after_it():
     assert widths[measuring[0].index] == 1  # one target request: the step after the prefix, not after the draft
     assert measuring[0].accepted == 1 and [s.source for s in measuring[0].kept] == ["draft"]
     assert result.text == DELIM.join(target) and policy.costs.c() is not None
+
+
+def test_the_plan_leans_toward_drafting_while_few_positions_are_judged():
+    """Free branches, c = j = ¼. One draft accepted of three (α̂ 0.38): the plan prices α one standard error
+    up and drafts, which judges more positions; the same α̂ over 200 positions is known well enough: AR
+    (three unlucky verdicts at the start used to hold 16 runs at AR for most of 64 problems)."""
+    def policy_with(accepted, rejected):
+        costs = CostModel(forget=1.0)
+        for tokens in (10, 20, 40, 80) * 3:
+            for others in (0, 1):  # a server that batches for free
+                costs.observe_target(1, tokens * T, tokens, others=others)
+        step = costs.estimate().step_tokens * T
+        costs.observe_draft(0.25 * step, costs.estimate().step_tokens)
+        costs.observe_judge(1, 0.25 * step)
+        policy = AdaptiveDepth("sync", initial=2, max_depth=8, costs=costs)
+        policy._tallies[1] = AcceptanceTally()
+        policy._tallies[1].add(accepted, rejected, 1.0, 1.0)
+        return policy.cost_estimate()
+
+    few, many = policy_with(1.0, 2.0), policy_with(75.0, 125.0)
+    assert few.alpha == pytest.approx(0.375) and many.alpha == pytest.approx(0.375, abs=0.002)
+    assert few.planned_depth > 0 and many.planned_depth == 0
+
+
+def test_probes_owed_by_runs_that_ended_their_stretches_together_are_not_lost():
+    """16 runs end stretches at about one time and one takes the probe: the count keeps what it held beyond
+    the probe's spacing, up to one probe owed by each other run. A run alone starts the count again."""
+    policy = _shared_policy(16)
+    spacing = policy.probe_spacing()
+    policy.ar_rounds = 3 * spacing
+    policy._probe_taken(fork=False)
+    assert policy.ar_rounds == 2 * spacing
+    policy.ar_rounds = 100 * spacing
+    policy._probe_taken(fork=False)
+    assert policy.ar_rounds == 15 * spacing
+    alone = _shared_policy(1)
+    alone.ar_rounds = 3 * alone.probe_spacing()
+    alone._probe_taken(fork=False)
+    assert alone.ar_rounds == 0
