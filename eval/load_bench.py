@@ -13,7 +13,9 @@ requests. Other requests, not the same ones again: the simulated judge's verdict
 per (problem, step), and while AR wins a drafted probe comes at the same step of a problem
 each time (after a stretch of 8 of its 10 steps), so waves of the same problems judged the
 same few steps over and over: at slope 0 × 4 sync, α̂ sank to 0.16 where α is 0.7, and the
-point measured 0.98–1.01× AR where fixed γ = 4 gained 1.15–1.2×.
+point measured 0.98–1.01× AR where fixed γ = 4 gained 1.15–1.2×. (Much of that was the simulator's:
+the rest of a step cut by a stretch's token cap read the same in every problem, one verdict for all;
+every word now names its problem, simserver.py.)
 
 Reported per point: tokens/s (all output tokens / wall time), p50 and p99 request
 latency, and speedup_vs_ar = AR's p50 latency / the method's p50 latency at the same

@@ -63,9 +63,11 @@ the model would run: a γ = 1 round can lose to AR stretches where a deeper one 
 probing at γ = 1 would then keep the rates saying AR.
 
 Drafting is rationed across the runs that share the policy: at most `draft_slots` of them are in a
-drafting round at once, and a run whose plan would draft beyond that writes a lone AR step and asks
-again (a stretch there locked the runs that a burst of 16 left out into AR for 8 of their 10 steps, while
-the slots widened to every run within two rounds: 0.84 of fixed γ = 2 at slope 0 × 16 sync).
+drafting round at once, and a run whose plan would draft beyond that writes a short AR stretch and asks
+again: the fewest steps that keep a request's fixed cost within `RATIONED_OVERHEAD` (a lone step where
+it is small). A whole stretch there locked the runs that a burst of 16 left out into AR for 8 of their
+10 steps, while the slots widened to every run within two rounds (0.84 of fixed γ = 2 at slope 0 × 16
+sync); lone steps under 64 runs, where a request's fixed cost is about half a step, ran at 0.68× AR.
 It starts at one run; each timed drafting round doubles it (up to every run) while the measured
 rates say drafting is at least as fast as AR (`GAIN_TO_WIDEN`), if it began with every slot taken,
 and halves it when they say drafting loses. Without it, whenever the plan turned to drafting (the cold start's round that measures the
@@ -132,6 +134,7 @@ PROBE_MIN_TOKENS = 4
 AR_STRETCH_STEPS = 8  # most steps an AR round writes in one request while AR wins
 AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the run stays responsive
 STRETCH_OVERHEAD = 0.02  # ...but more steps where a request's fixed cost would be more than this share of it
+RATIONED_OVERHEAD = 0.1  # a run the drafting slots leave out writes the fewest steps that keep it within this
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 PROBE_BACKOFF = 8  # fork probes' spacing doubles, up to this many times the budget's, while they leave the model at AR
 CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
@@ -533,8 +536,8 @@ class AdaptiveDepth:
                 self._probe_claim = None
             plan = self._next_round(seconds_left, first, me)
             if plan.depth and len(self._drafting) >= self.draft_slots:
-                # others are drafting, and theirs measure it: this run writes a lone step and asks again
-                return RoundPlan(0)
+                # others are drafting, and theirs measure it: this run writes a short stretch and asks again
+                return self._stretch_plan(seconds_left, rationed=True)
             if plan.depth:
                 self._drafting.add(me)
                 if len(self._drafting) >= self.draft_slots:
@@ -598,24 +601,27 @@ class AdaptiveDepth:
         measuring = depth == 1 and width == 1 and self._forks_itself and self.costs.c() is None
         return RoundPlan(depth, width, measuring=measuring)
 
-    def _stretch_plan(self, seconds_left: float | None) -> RoundPlan:
+    def _stretch_plan(self, seconds_left: float | None, rationed: bool = False) -> RoundPlan:
         """An AR round as the target alone would write it: a stretch (a lone step where none fits)."""
-        return RoundPlan(0, stretch_tokens=self._stretch(seconds_left)[1])
+        return RoundPlan(0, stretch_tokens=self._stretch(seconds_left, rationed)[1])
 
     def _probe_tokens(self) -> int:
         step_tokens = self.costs.estimate().step_tokens or PROBE_MIN_TOKENS / PROBE_SHARE
         return max(PROBE_MIN_TOKENS, math.ceil(PROBE_SHARE * step_tokens))
 
-    def _stretch(self, seconds_left: float | None) -> tuple[int, int]:
+    def _stretch(self, seconds_left: float | None, rationed: bool = False) -> tuple[int, int]:
         """(steps, token cap) of the next AR round, within the stretch limits and the time left; (1, 0) for a
         lone step. At least AR_STRETCH_STEPS steps, more where a request's fixed cost o would otherwise
-        exceed STRETCH_OVERHEAD of the stretch (a client short of CPU under many runs: o ≈ a step's time)."""
+        exceed STRETCH_OVERHEAD of the stretch (a client short of CPU under many runs: o ≈ a step's time).
+        `rationed`: a run the drafting slots left out, which asks again soon: the fewest steps that keep o
+        within RATIONED_OVERHEAD (a lone step where o is small)."""
         estimate = self.costs.estimate()
         if not (estimate.step_tokens and estimate.target_s_per_token):
             return 1, 0
         step_s = estimate.step_tokens * estimate.target_s_per_token
         overhead = estimate.request_overhead_s or 0.0
-        most = max(AR_STRETCH_STEPS, math.ceil(overhead * (1.0 - STRETCH_OVERHEAD) / (STRETCH_OVERHEAD * step_s)))
+        share, least = (RATIONED_OVERHEAD, 1) if rationed else (STRETCH_OVERHEAD, AR_STRETCH_STEPS)
+        most = max(least, math.ceil(overhead * (1.0 - share) / (share * step_s)))
         steps = min(most, max(1, math.floor(AR_STRETCH_SECONDS / step_s + 1e-6)))
         if steps == 1:
             return 1, 0

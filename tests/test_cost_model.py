@@ -419,6 +419,10 @@ def test_where_a_request_costs_as_much_as_a_step_ar_stretches_grow_to_keep_that_
     step_s = estimate.step_tokens * estimate.target_s_per_token
     assert estimate.request_overhead_s / (estimate.request_overhead_s + steps * step_s) <= 0.02 + 1e-9
     assert steps * step_s <= AR_STRETCH_SECONDS + 1e-9
+    # a run the drafting slots left out asks again sooner: the fewest steps that keep o within 10 %
+    rationed = policy._stretch(None, rationed=True)[0]
+    assert rationed < steps and estimate.request_overhead_s / (estimate.request_overhead_s + rationed * step_s) <= 0.1
+    assert estimate.request_overhead_s / (estimate.request_overhead_s + (rationed - 1) * step_s) > 0.1
 
 
 def test_drafting_is_priced_against_ar_as_it_runs_in_stretches_that_pay_the_fixed_cost_once():
@@ -829,7 +833,7 @@ def _shared_policy(runs):
 
 def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
     """16 runs share a policy whose model says drafting pays (free branches) before any drafting round was
-    timed: one run drafts, the others write a lone AR step and ask again (all 16 used to draft deep at once,
+    timed: one run drafts, the others write a short AR stretch and ask again (all 16 used to draft deep at once,
     on a client out of CPU: 0.37× AR at slope 0 × 16 sync; with stretches instead, the runs a burst left out
     wrote most of their problem as AR). Each drafting round measured at least as fast as AR rounds lets
     twice the runs draft at once, up to every run; rounds that lose halve them."""
@@ -837,7 +841,8 @@ def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
     with _runs_in_threads(policy, 16) as ask:
         plans = [ask(i) for i in range(16)]
         assert [p.depth > 0 for p in plans].count(True) == 1
-        assert all(p == RoundPlan(0) for p in plans if not p.depth)  # lone steps: nothing locks them into AR
+        # requests cost nothing fixed here: lone steps (a whole stretch locked them into AR)
+        assert all(p == RoundPlan(0) for p in plans if not p.depth)
         for _ in range(2):
             policy.observe(_timed(0, T))
         slots = []
