@@ -63,11 +63,13 @@ the model would run: a γ = 1 round can lose to AR stretches where a deeper one 
 probing at γ = 1 would then keep the rates saying AR.
 
 Drafting is rationed across the runs that share the policy: at most `draft_slots` of them are in a
-drafting round at once, and a run whose plan would draft beyond that writes a short AR stretch and asks
-again: the fewest steps that keep a request's fixed cost within `RATIONED_OVERHEAD` (a lone step where
-it is small). A whole stretch there locked the runs that a burst of 16 left out into AR for 8 of their
-10 steps, while the slots widened to every run within two rounds (0.84 of fixed γ = 2 at slope 0 × 16
-sync); lone steps under 64 runs, where a request's fixed cost is about half a step, ran at 0.68× AR.
+drafting round at once, and a run whose plan would draft beyond that writes AR instead. Where the
+measured rates say drafting pays (so the slots widen within a round or two) it is a short stretch, the
+fewest steps that keep a request's fixed cost within `RATIONED_OVERHEAD` (a lone step where it is small),
+and the run asks again soon: a whole stretch there locked the runs that a burst of 16 left out into AR for
+8 of their 10 steps (0.84 of fixed γ = 2 at slope 0 × 16 sync). Otherwise a whole stretch: short ones
+whatever the rates said ran slope 0 × 64 at 0.68× (sync, lone steps) and 0.85× AR (async, 10 % stretches),
+where a request's fixed cost is about half a step.
 It starts at one run; each timed drafting round doubles it (up to every run) while the measured
 rates say drafting is at least as fast as AR (`GAIN_TO_WIDEN`), if it began with every slot taken,
 and halves it when they say drafting loses. Without it, whenever the plan turned to drafting (the cold start's round that measures the
@@ -536,8 +538,10 @@ class AdaptiveDepth:
                 self._probe_claim = None
             plan = self._next_round(seconds_left, first, me)
             if plan.depth and len(self._drafting) >= self.draft_slots:
-                # others are drafting, and theirs measure it: this run writes a short stretch and asks again
-                return self._stretch_plan(seconds_left, rationed=True)
+                # others are drafting, and theirs measure it: this run writes AR, a short stretch where the rates
+                # say drafting pays (the slots then widen soon), else a whole one
+                gain = self.measured_gain()
+                return self._stretch_plan(seconds_left, rationed=gain is not None and gain >= GAIN_TO_WIDEN)
             if plan.depth:
                 self._drafting.add(me)
                 if len(self._drafting) >= self.draft_slots:
