@@ -81,7 +81,7 @@ class CostEstimate(BaseModel):
     planned_depth: int | None = None  # the γ it would choose now (0: plain AR)
     planned_width: int | None = None  # the W it would choose now
     width_speedups: dict[int, float] = {}  # with --width W > 1: the best expected speedup at each width
-    expected_speedup: float | None = None  # over AR, by the theory with these costs
+    expected_speedup: float | None = None  # over AR, by the theory with these costs at the plan's α (depth.py)
     measured_gain: float | None = None  # tokens/s of the rounds that drafted over that of AR rounds, measured
     draft_slots: int | None = None  # how many of the runs sharing the policy may be in a drafting round at once
 
