@@ -69,7 +69,9 @@ fewest steps that keep a request's fixed cost within `RATIONED_OVERHEAD` (a lone
 and the run asks again soon: a whole stretch there locked the runs that a burst of 16 left out into AR for
 8 of their 10 steps (0.84 of fixed γ = 2 at slope 0 × 16 sync). Otherwise a whole stretch: short ones
 whatever the rates said ran slope 0 × 64 at 0.68× (sync, lone steps) and 0.85× AR (async, 10 % stretches),
-where a request's fixed cost is about half a step.
+where a request's fixed cost is about half a step. At 10 % where they pay, one of five runs of that async
+point still read 0.89× (a few runs drafting among many at AR read fast, so the rates say drafting pays
+before it does); at 4 %, 0.98–0.99 in five runs, and a run at 16 writes 3 steps where it wrote 8.
 It starts at one run; each timed drafting round doubles it (up to every run) while the measured
 rates say drafting is at least as fast as AR (`GAIN_TO_WIDEN`), if it began with every slot taken,
 and halves it when they say drafting loses. Without it, whenever the plan turned to drafting (the cold start's round that measures the
@@ -136,7 +138,7 @@ PROBE_MIN_TOKENS = 4
 AR_STRETCH_STEPS = 8  # most steps an AR round writes in one request while AR wins
 AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the run stays responsive
 STRETCH_OVERHEAD = 0.02  # ...but more steps where a request's fixed cost would be more than this share of it
-RATIONED_OVERHEAD = 0.1  # a run the drafting slots leave out writes the fewest steps that keep it within this
+RATIONED_OVERHEAD = 0.04  # a run the drafting slots leave out writes the fewest steps that keep it within this
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 PROBE_BACKOFF = 8  # fork probes' spacing doubles, up to this many times the budget's, while they leave the model at AR
 CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
