@@ -194,9 +194,8 @@ class SimEngine:
         """A step's tokens; every word names the step and the problem (see the module docstring)."""
         c = self.state.config
         tag = "t" if c.role != "draft" else f"d{variant or 0}"
-        words = ([f"s{index}-{tag}.{problem} "] + [f"w{n}.s{index}-{tag}.{problem} " for n in range(c.step_tokens - 2)]
-                 + [f"end{index}."])
-        return words
+        name = f"s{index}-{tag}.{problem}"
+        return [f"{name} "] + [f"w{n}.{name} " for n in range(c.step_tokens - 2)] + [f"end{index}."]
 
     def _stream(self, prompt: str, variant: int | None) -> tuple[list[str], bool]:
         """The tokens that follow the prompt up to EOS, and whether the answer has begun."""

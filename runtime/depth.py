@@ -561,7 +561,8 @@ class AdaptiveDepth:
                 return RoundPlan(0)  # an AR check
         if depth or self.costs.target_alone_unknown:
             return self._drafting_plan(depth, width)
-        probe_due = not self.costs.slope_known or self.ar_rounds >= self.probe_spacing()
+        spacing = self.probe_spacing() if self.costs.slope_known else None
+        probe_due = spacing is None or self.ar_rounds >= spacing
         if first and probe_due:  # not timed: the probe comes in the run's next round
             if self._probe_claim is None:
                 self._probe_claim = me
@@ -573,28 +574,27 @@ class AdaptiveDepth:
             return RoundPlan(0, probe_tokens=self._probe_tokens())
         if probe_due:
             if not self._probe_is_a_fork():
-                self._probe_taken(fork=False)
+                self._probe_taken(fork=False, spacing=spacing)
                 depth, width, _ = self._drafted_probe()
                 return self._drafting_plan(depth, width)
             if not self._lone_before_probe:  # a fork probe is measured beside a lone step just before it
                 self._lone_before_probe = True
                 return RoundPlan(0)
             self._lone_before_probe = False
-            self._probe_taken(fork=True)
+            self._probe_taken(fork=True, spacing=spacing)
             return RoundPlan(0, probe_tokens=self._probe_tokens())
         # a whole stretch even past the probe's turn (which then comes a little late): cut short, it would
         # pay a request's fixed cost for a few steps, and runs sharing the count would all cut theirs
         return self._stretch_plan(seconds_left)
 
-    def _probe_taken(self, fork: bool) -> None:
-        """A probe is planned now: the count to the next one starts again. After a fork probe, where the model
+    def _probe_taken(self, fork: bool, spacing: int) -> None:
+        """A probe is planned now, `spacing` AR steps after the last: the count to the next one starts again. After a fork probe, where the model
         itself plans AR, the next one comes twice as late, up to PROBE_BACKOFF times. Drafted probes keep the
         budget's spacing: they also renew α̂, and a few unlucky rejections at the start need them to recover.
         The count keeps what it held beyond the spacing, up to a probe owed by each other run in flight: runs
         that share the policy end their stretches together, and one of them takes the probe, so zeroing it
         lost the rest (at slope 0 × 16 sync, 12 probes over 64 problems of 12 steps where the budget allowed
         90, and one unlucky early verdict held α̂ low for all of them)."""
-        spacing = self.probe_spacing()
         self.ar_rounds = min(max(0, self.ar_rounds - spacing), spacing * (self._concurrency() - 1))
         if fork and not self._model_plan()[0]:
             self._backoff = min(PROBE_BACKOFF, 2 * self._backoff)

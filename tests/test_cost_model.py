@@ -425,16 +425,23 @@ def test_where_a_request_costs_as_much_as_a_step_ar_stretches_grow_to_keep_that_
     assert rationed < steps and share(rationed) <= RATIONED_OVERHEAD < share(rationed - 1)
 
 
+def _free_branch_costs(overhead=0.0):
+    """A cost model fitted to a server that batches for free: requests of 10–80 tokens, each paying `overhead`
+    seconds, alone and beside another."""
+    costs = CostModel(forget=1.0)
+    for tokens in (10, 20, 40, 80) * 3:
+        for others in (0, 1):
+            costs.observe_target(1, overhead + tokens * T, tokens, others=others)
+    return costs
+
+
 def test_drafting_is_priced_against_ar_as_it_runs_in_stretches_that_pay_the_fixed_cost_once():
     """The theory prices an AR step at S = o + L̄·t₁; AR rounds here write stretches of k steps that pay o once.
     Free branches, c = 0.2, no verifier cost, α = ½: a γ = 1 round beats AR at S by 1.5 / 1.2 = 1.25×. Where
     o is as long as the step's tokens (a client short of CPU), AR runs at (o/k + L̄·t₁)/S, about half of S,
     and drafting loses: AR."""
     def policy_with(overhead):
-        costs = CostModel(forget=1.0)
-        for tokens in (10, 20, 40, 80) * 3:
-            for others in (0, 1):  # a server that batches for free
-                costs.observe_target(1, overhead + tokens * T, tokens, others=others)
+        costs = _free_branch_costs(overhead)
         step = overhead + costs.estimate().step_tokens * T
         costs.observe_draft(0.2 * step, costs.estimate().step_tokens)  # c = 0.2
         policy = AdaptiveDepth("sync", initial=2, max_depth=1, costs=costs)
@@ -964,10 +971,7 @@ def test_the_plan_leans_toward_drafting_while_few_positions_are_judged():
     up and drafts, which judges more positions; the same α̂ over 200 positions is known well enough: AR
     (three unlucky verdicts at the start used to hold 16 runs at AR for most of 64 problems)."""
     def policy_with(accepted, rejected):
-        costs = CostModel(forget=1.0)
-        for tokens in (10, 20, 40, 80) * 3:
-            for others in (0, 1):  # a server that batches for free
-                costs.observe_target(1, tokens * T, tokens, others=others)
+        costs = _free_branch_costs()
         step = costs.estimate().step_tokens * T
         costs.observe_draft(0.25 * step, costs.estimate().step_tokens)
         costs.observe_judge(1, 0.25 * step)
@@ -987,12 +991,12 @@ def test_probes_owed_by_runs_that_ended_their_stretches_together_are_not_lost():
     policy = _shared_policy(16)
     spacing = policy.probe_spacing()
     policy.ar_rounds = 3 * spacing
-    policy._probe_taken(fork=False)
+    policy._probe_taken(fork=False, spacing=spacing)
     assert policy.ar_rounds == 2 * spacing
     policy.ar_rounds = 100 * spacing
-    policy._probe_taken(fork=False)
+    policy._probe_taken(fork=False, spacing=spacing)
     assert policy.ar_rounds == 15 * spacing
     alone = _shared_policy(1)
     alone.ar_rounds = 3 * alone.probe_spacing()
-    alone._probe_taken(fork=False)
+    alone._probe_taken(fork=False, spacing=alone.probe_spacing())
     assert alone.ar_rounds == 0
