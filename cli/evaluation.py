@@ -438,7 +438,8 @@ def _bench_load(quick, slopes, concurrencies, repeats, requests, depths, engines
         err.print(f"report written to {out} (load.json, load.md, load.png)")
     if as_json:
         print(json.dumps({"points": [p.model_dump(include={
-            "slope", "concurrency", "engine", "depth", "width", "tokens_per_s", "p50_s", "p99_s", "speedup_vs_ar"})
+            "slope", "concurrency", "engine", "depth", "width", "tokens_per_s", "p50_s", "p99_s", "speedup_vs_ar",
+            "throughput_vs_ar"})
             for p in points]}))
     else:
         print(load_table(points))

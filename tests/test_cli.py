@@ -267,10 +267,12 @@ def test_bench_load_json_table_and_plot(capsys, tmp_path):
     assert proc.returncode == 0, proc.stderr
     points = json.loads(proc.stdout)["points"]
     assert len(points) == 2 * 2 * 3
-    keys = {"slope", "concurrency", "engine", "depth", "width", "tokens_per_s", "p50_s", "p99_s", "speedup_vs_ar"}
+    keys = {"slope", "concurrency", "engine", "depth", "width", "tokens_per_s", "p50_s", "p99_s", "speedup_vs_ar",
+            "throughput_vs_ar"}
     for p in points:
         assert set(p) == keys and p["tokens_per_s"] > 0 and p["p99_s"] >= p["p50_s"] > 0
-        assert p["speedup_vs_ar"] == 1.0 if p["depth"] == "ar" else p["speedup_vs_ar"] > 0
+        for ratio in ("speedup_vs_ar", "throughput_vs_ar"):
+            assert p[ratio] == 1.0 if p["depth"] == "ar" else p[ratio] > 0
     assert {p["depth"] for p in points} == {"ar", 2, "adaptive"}
     assert len((tmp_path / "load.jsonl").read_text().splitlines()) == len(points)  # written point by point
     assert (tmp_path / "load.md").read_text().startswith("| slope | concurrency |")
@@ -279,7 +281,8 @@ def test_bench_load_json_table_and_plot(capsys, tmp_path):
 
 def test_bench_load_repeats_report_medians_of_side_by_side_runs(monkeypatch):
     """Each repeat runs AR first, then the methods; a point's figures are medians over the repeats, its
-    speedup the median of each repeat's ratio to that repeat's AR (not the ratio of the medians)."""
+    speedup (p50) and throughput ratio the medians of each repeat's ratio to that repeat's AR (not the
+    ratios of the medians)."""
     from lookahead_reasoning.eval import load_bench
 
     p50s = {"ar": iter([1.0, 1.0, 10.0]), 2: iter([0.5, 2.0, 2.0])}  # per-repeat speedups of γ = 2: 2, 0.5, 5
@@ -288,7 +291,9 @@ def test_bench_load_repeats_report_medians_of_side_by_side_runs(monkeypatch):
     def fake_run_point(cluster, depth, engine, problems, concurrency, latency):
         calls.append(depth)
         p50 = next(p50s[depth])
-        return load_bench._Measured(wall=p50, latencies=[p50], tokens=100, judged=0, accepted=0)
+        # γ = 2's wave ends at twice its median request: its throughput ratios are half its p50 ratios
+        return load_bench._Measured(wall=p50 * (2 if depth == 2 else 1), latencies=[p50], tokens=100, judged=0,
+                                    accepted=0)
 
     class FakeCluster:
         def __init__(self, latency): ...
@@ -306,6 +311,7 @@ def test_bench_load_repeats_report_medians_of_side_by_side_runs(monkeypatch):
     ar, drafted = points
     assert (ar.p50_s, ar.speedup_vs_ar, ar.tokens_per_s) == (1.0, 1.0, 100.0)
     assert drafted.p50_s == 2.0 and drafted.speedup_vs_ar == 2.0  # the ratio of the medians would be 0.5
+    assert ar.throughput_vs_ar == 1.0 and drafted.throughput_vs_ar == 1.0  # per repeat 1, 0.25, 2.5
     assert seen == points
 
 
