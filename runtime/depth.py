@@ -301,7 +301,7 @@ class AcceptanceTally:
         return sum(self.slow)
 
     def estimate(self, optimistic: bool = False) -> float:
-        """α̂; `optimistic`: one standard error above it, what the plan prices (see AdaptiveDepth.alpha_at)."""
+        """α̂; `optimistic`: one standard error above it (see AdaptiveDepth._model_plan)."""
         mean = self._mean(self.slow)
         if not optimistic:
             return mean
@@ -367,10 +367,7 @@ class AdaptiveDepth:
 
     def alpha_at(self, width: int, optimistic: bool = False) -> float:
         """Per-position acceptance at `width`: measured, or derived from the best-known width. `optimistic`:
-        one standard error above the estimate, which the plan prices, so that while few positions are judged
-        it leans to drafting, which judges more. Planning at α̂ itself, three unlucky verdicts at the start
-        (α̂ 0.38 where α was 0.7) held the runs at AR, where the probes judge one position now and then, for
-        most of 64 problems at slope 0 × 16 sync. The lean fades as positions add up (±0.03 at 200)."""
+        one standard error above the estimate (see _model_plan: it decides whether to draft, not how deep)."""
         tally = self._tallies.get(width)
         if tally is not None and tally.positions >= 1.0:
             return tally.estimate(optimistic)
@@ -424,12 +421,13 @@ class AdaptiveDepth:
         when even that is within CEILING_MARGIN of 1, the branches alone make lookahead lose, whatever the draft."""
         return self._best(1, 0.999, 1e-3, 0.0)[1]  # a chain: with every draft accepted, more width only costs
 
-    def _best_by_width(self) -> dict[int, tuple[int, float]]:
-        """(γ, expected speedup) at each width the policy may choose (empty until it can plan)."""
+    def _best_by_width(self, optimistic: bool = False) -> dict[int, tuple[int, float]]:
+        """(γ, expected speedup) at each width the policy may choose (empty until it can plan); `optimistic`:
+        at α one standard error up."""
         c = self.costs.c(self._concurrency())
         if c is None or not self.costs.ready:
             return {}
-        return {w: self._best(w, min(self.alpha_at(w, optimistic=True), 0.999), max(c, 1e-3))
+        return {w: self._best(w, min(self.alpha_at(w, optimistic), 0.999), max(c, 1e-3))
                 for w in range(1, self.width + 1)}
 
     def width_speedups(self) -> dict[int, float]:
@@ -463,8 +461,23 @@ class AdaptiveDepth:
             return (1, 1, math.nan) if self.measure_drafting and c is None else (0, 1, 1.0)
         if c is None or not self.costs.ready:
             return 1, 1, math.nan  # branches may pay: draft one step to measure the draft and the verifier
+        best = self._best_plan(optimistic=False)
+        if not best[0] and self._best_plan(optimistic=True)[0]:
+            # α̂ says AR, one standard error up it says drafting: draft one step, which judges more positions.
+            # Never deeper on so little: one accepted draft (α̂ 0.75 ± 0.31) priced α at 0.999 and planned
+            # γ = 8 on the CPU Qwen pair, where a drifted fit read B(2) = 1.15 (it is 1.9): a 179 s round
+            # that ran its problem at 0.49× AR. At α̂ itself, three unlucky verdicts at the start (α̂ 0.38
+            # where α was 0.7) held 16 runs at AR for most of 64 problems at slope 0 (the drafted probes judge
+            # one position now and then).
+            alpha = min(self.alpha_at(1, optimistic=True), 0.999)
+            return 1, 1, self._speedup(1, 1, alpha, max(self.costs.c(self._concurrency()), 1e-3),
+                                       self.costs.judge_cost(1, self._concurrency()))
+        return best
+
+    def _best_plan(self, optimistic: bool) -> tuple[int, int, float]:
+        """(γ, W, expected speedup) of the best plan at α̂ (`optimistic`: one standard error up); AR at 1.0."""
         best = (0, 1, 1.0)
-        for width, (depth, speedup) in self._best_by_width().items():
+        for width, (depth, speedup) in self._best_by_width(optimistic).items():
             if speedup > best[2] + 1e-9:
                 best = (depth, width, speedup)
         return best

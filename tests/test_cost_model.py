@@ -450,8 +450,7 @@ def test_drafting_is_priced_against_ar_as_it_runs_in_stretches_that_pay_the_fixe
         return policy, policy.cost_estimate()
 
     policy, estimate = policy_with(0.0)
-    planned_alpha = 0.5 + math.sqrt(0.25 / 101)  # the plan prices α̂ one standard error up (100 positions)
-    assert estimate.planned_depth == 1 and estimate.expected_speedup == pytest.approx((1 + planned_alpha) / 1.2, rel=0.01)
+    assert estimate.planned_depth == 1 and estimate.expected_speedup == pytest.approx(1.25, rel=0.01)
     policy, estimate = policy_with(37.5 * T)  # the mean step's tokens take as long
     steps = policy._stretch(None)[0]
     share = estimate.request_overhead_s / (estimate.request_overhead_s + estimate.step_tokens * T)
@@ -967,9 +966,10 @@ def test_the_round_that_measures_the_draft_forks_no_branch_after_it():
 
 
 def test_the_plan_leans_toward_drafting_while_few_positions_are_judged():
-    """Free branches, c = j = ¼. One draft accepted of three (α̂ 0.38): the plan prices α one standard error
-    up and drafts, which judges more positions; the same α̂ over 200 positions is known well enough: AR
-    (three unlucky verdicts at the start used to hold 16 runs at AR for most of 64 problems)."""
+    """Free branches, c = j = ¼. One draft accepted of three (α̂ 0.38): α̂ plans AR, one standard error up
+    it drafts, so the plan drafts one step, which judges more positions; the same α̂ over 200 positions is
+    known well enough: AR (three unlucky verdicts at the start used to hold 16 runs at AR for most of 64
+    problems)."""
     def policy_with(accepted, rejected):
         costs = _free_branch_costs()
         step = costs.estimate().step_tokens * T
@@ -982,7 +982,26 @@ def test_the_plan_leans_toward_drafting_while_few_positions_are_judged():
 
     few, many = policy_with(1.0, 2.0), policy_with(75.0, 125.0)
     assert few.alpha == pytest.approx(0.375) and many.alpha == pytest.approx(0.375, abs=0.002)
-    assert few.planned_depth > 0 and many.planned_depth == 0
+    assert few.planned_depth == 1 and many.planned_depth == 0
+
+
+def test_one_accepted_draft_never_plans_deep_where_its_estimate_says_ar():
+    """Branches at B(n) = 1 + 0.15(n − 1) (the CPU Qwen pair's fit once it drifted), c = 0.6, j = 0. After one
+    accepted draft (α̂ 0.75 ± 0.31) α̂ says AR; one standard error up (α 0.999) the best round is deep, γ ≥ 6.
+    The plan drafts one step to learn more, never the deep round (γ = 8 ran a problem there at 0.49× AR)."""
+    costs = CostModel(forget=1.0)
+    for tokens in (10, 20, 40, 80) * 3:
+        for others in (0, 1, 2):
+            costs.observe_target(1, tokens * T * (1 + 0.15 * others), tokens, others=others)
+    step = costs.estimate().step_tokens * T
+    costs.observe_draft(0.6 * step, costs.estimate().step_tokens)
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8, costs=costs)
+    policy._tallies[1] = AcceptanceTally()
+    policy._tallies[1].add(1.0, 0.0, 1.0, 1.0)
+    assert policy._best_plan(optimistic=False)[0] == 0 and policy._best_plan(optimistic=True)[0] >= 6
+    assert policy.cost_estimate().planned_depth == 1
+    policy._tallies[1].add(40.0, 0.0, 1.0, 1.0)  # α̂ well known and high: the plan drafts as deep as pays
+    assert policy.cost_estimate().planned_depth >= 6
 
 
 def test_probes_owed_by_runs_that_ended_their_stretches_together_are_not_lost():
