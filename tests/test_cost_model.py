@@ -1,6 +1,5 @@
 """The online cost model on scripted timings, and the adaptive policy that plans with it."""
 
-import math
 import queue
 import random
 import statistics
