@@ -20,9 +20,10 @@ every word now names its problem, simserver.py.)
 Reported per point: tokens/s (all output tokens / wall time), p50 and p99 request
 latency, speedup_vs_ar = AR's p50 latency / the method's p50 latency at the same
 (slope, concurrency), and throughput_vs_ar = the method's tokens/s / AR's. The two can
-disagree under load: requests that start together and draft finish spread out, so a fixed γ
-can move the median request ahead of AR's while the wave as a whole ends later (slope 0.1 ×
-16 sync, fixed γ = 2: p50 1.07× AR, tokens/s 0.86× AR); the adaptive policy plans for tokens/s.
+disagree under load. Where the concurrency is at least the point's requests, they all start
+together, and the wall time is that of the slowest: drafting spreads the finishing times, so a
+method can bring the median request in ahead of AR's while the last one ends later (slope 0.1 ×
+16 sync, fixed γ = 2: p50 1.07× AR, tokens/s 0.86× AR).
 With `repeats` > 1 every method of a point runs that many times, AR first each time (side by
 side, so that each ratio compares runs a few seconds apart on a noisy machine), and each
 figure is the median over the repeats, each ratio the median of the per-repeat ratios.
