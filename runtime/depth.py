@@ -470,8 +470,7 @@ class AdaptiveDepth:
             # where α was 0.7) held 16 runs at AR for most of 64 problems at slope 0 (the drafted probes judge
             # one position now and then).
             alpha = min(self.alpha_at(1, optimistic=True), 0.999)
-            return 1, 1, self._speedup(1, 1, alpha, max(self.costs.c(self._concurrency()), 1e-3),
-                                       self.costs.judge_cost(1, self._concurrency()))
+            return 1, 1, self._speedup(1, 1, alpha, max(c, 1e-3), self.costs.judge_cost(1, self._concurrency()))
         return best
 
     def _best_plan(self, optimistic: bool) -> tuple[int, int, float]:
@@ -601,8 +600,9 @@ class AdaptiveDepth:
         return self._stretch_plan(seconds_left)
 
     def _probe_taken(self, fork: bool, spacing: int) -> None:
-        """A probe is planned now, `spacing` AR steps after the last: the count to the next one starts again. After a fork probe, where the model
-        itself plans AR, the next one comes twice as late, up to PROBE_BACKOFF times. Drafted probes keep the
+        """A probe is planned now, `spacing` AR steps after the last: the count to the next one starts again.
+        After a fork probe, where the model itself plans AR, the next one comes twice as late, up to PROBE_BACKOFF
+        times. Drafted probes keep the
         budget's spacing: they also renew α̂, and a few unlucky rejections at the start need them to recover.
         The count keeps what it held beyond the spacing, up to a probe owed by each other run in flight: runs
         that share the policy end their stretches together, and one of them takes the probe, so zeroing it

@@ -424,13 +424,14 @@ def test_where_a_request_costs_as_much_as_a_step_ar_stretches_grow_to_keep_that_
     assert rationed < steps and share(rationed) <= RATIONED_OVERHEAD < share(rationed - 1)
 
 
-def _free_branch_costs(overhead=0.0):
-    """A cost model fitted to a server that batches for free: requests of 10–80 tokens, each paying `overhead`
-    seconds, alone and beside another."""
+def _fitted_costs(overhead=0.0, slope=0.0, loads=(0, 1)):
+    """A cost model fitted to a server that batches for free (`slope` 0; else each other request in flight adds
+    that share to a token's time): requests of 10–80 tokens, each paying `overhead` seconds, beside each of
+    `loads` others."""
     costs = CostModel(forget=1.0)
     for tokens in (10, 20, 40, 80) * 3:
-        for others in (0, 1):
-            costs.observe_target(1, overhead + tokens * T, tokens, others=others)
+        for others in loads:
+            costs.observe_target(1, overhead + tokens * T * (1 + slope * others), tokens, others=others)
     return costs
 
 
@@ -440,7 +441,7 @@ def test_drafting_is_priced_against_ar_as_it_runs_in_stretches_that_pay_the_fixe
     o is as long as the step's tokens (a client short of CPU), AR runs at (o/k + L̄·t₁)/S, about half of S,
     and drafting loses: AR."""
     def policy_with(overhead):
-        costs = _free_branch_costs(overhead)
+        costs = _fitted_costs(overhead)
         step = overhead + costs.estimate().step_tokens * T
         costs.observe_draft(0.2 * step, costs.estimate().step_tokens)  # c = 0.2
         policy = AdaptiveDepth("sync", initial=2, max_depth=1, costs=costs)
@@ -970,7 +971,7 @@ def test_the_plan_leans_toward_drafting_while_few_positions_are_judged():
     known well enough: AR (three unlucky verdicts at the start used to hold 16 runs at AR for most of 64
     problems)."""
     def policy_with(accepted, rejected):
-        costs = _free_branch_costs()
+        costs = _fitted_costs()
         step = costs.estimate().step_tokens * T
         costs.observe_draft(0.25 * step, costs.estimate().step_tokens)
         costs.observe_judge(1, 0.25 * step)
@@ -988,10 +989,7 @@ def test_one_accepted_draft_never_plans_deep_where_its_estimate_says_ar():
     """Branches at B(n) = 1 + 0.15(n − 1) (the CPU Qwen pair's fit once it drifted), c = 0.6, j = 0. After one
     accepted draft (α̂ 0.75 ± 0.31) α̂ says AR; one standard error up (α 0.999) the best round is deep, γ ≥ 6.
     The plan drafts one step to learn more, never the deep round (γ = 8 ran a problem there at 0.49× AR)."""
-    costs = CostModel(forget=1.0)
-    for tokens in (10, 20, 40, 80) * 3:
-        for others in (0, 1, 2):
-            costs.observe_target(1, tokens * T * (1 + 0.15 * others), tokens, others=others)
+    costs = _fitted_costs(slope=0.15, loads=(0, 1, 2))
     step = costs.estimate().step_tokens * T
     costs.observe_draft(0.6 * step, costs.estimate().step_tokens)
     policy = AdaptiveDepth("sync", initial=2, max_depth=8, costs=costs)
