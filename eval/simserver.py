@@ -251,7 +251,8 @@ class SimEngine:
             "id": f"sim-{s.requests}",
             "finish_reason": reason,
             "prompt_tokens": len(prompt_tokens),
-            "completion_tokens": len(out_tokens) + (1 if reason.get("matched") == EOS_ID else 0),
+            # as SGLang counts them: the EOS or the token that completed a stop string is generated, so counted
+            "completion_tokens": len(out_tokens) + (1 if reason.get("type") == "stop" else 0),
             "cached_tokens": cached,
             "e2e_latency": time.perf_counter() - received,
         }
