@@ -672,15 +672,28 @@ class AdaptiveDepth:
                 self._time_rate("draft" if record.depth else "ar", record, forget, runs)
                 if record.depth:
                     self._ration(record.started)
-        if record.judged:
-            pairs = 1 if self.mode == "async" and self.width == 1 else len(record.judged)
-            self.costs.observe_judge(pairs, record.judge_s, runs)
+        self._observe_judge(record, runs)
         if record.positions == 0:
             return
         with self._lock:
             tally = self._tallies.setdefault(record.width, AcceptanceTally())
             tally.add(record.accepted, record.positions - record.accepted, forget, per_run(ALPHA_SLOW_FORGET, runs))
             self.last_width = record.width
+
+    def _observe_judge(self, record: RoundRecord, runs: float) -> None:
+        """Time the verifier by the pairs a model answered. Pairs the exact-match fast path accepted cost
+        nothing and say nothing of what a judged pair costs: a round that judged none of its pairs is left
+        out (on the CPU Qwen pair, a measuring round whose draft equalled the target's step read j = 0
+        where the judge costs 0.8 of a step). Where the verifier is exact match alone, its rejections are
+        "exact" too: that verifier is free, and such a round says so."""
+        judged = record.judged
+        answered = sum(verdict.method != "exact" for verdict in judged)
+        if not judged or not (answered or any(not verdict.accept for verdict in judged)):
+            return
+        if self.mode == "async" and self.width == 1:  # one pair at a time: judge_s is the mean over the pairs
+            self.costs.observe_judge(1, record.judge_s * len(judged) / max(1, answered), runs)
+        else:  # one fork of the pairs the fast path left
+            self.costs.observe_judge(max(1, answered), record.judge_s, runs)
 
     def _time_rate(self, kind: str, record: RoundRecord, forget: float, runs: float) -> None:
         """Add a timed round to the measured rate of its kind ("ar" or "draft"); called under the lock."""

@@ -15,7 +15,7 @@ from lookahead_reasoning.runtime.depth import (
     AdaptiveDepth, RoundPlan,
 )
 from lookahead_reasoning.runtime.results import JudgedDraft, RoundRecord, StepRecord
-from lookahead_reasoning.runtime.theory import engine_speedup, tree_branches
+from lookahead_reasoning.runtime.theory import engine_speedup, free_branches, tree_branches
 
 TOKENS = 20  # tokens per step
 T = 0.05  # seconds per target token alone
@@ -963,6 +963,30 @@ def test_the_round_that_measures_the_draft_forks_no_branch_after_it():
     assert widths[measuring[0].index] == 1  # one target request: the step after the prefix, not after the draft
     assert measuring[0].accepted == 1 and [s.source for s in measuring[0].kept] == ["draft"]
     assert result.text == DELIM.join(target) and policy.costs.c() is not None
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_pairs_the_exact_match_fast_path_accepted_do_not_time_the_judge(mode):
+    """A pair the fast path accepted cost no judge call: a round of such pairs alone leaves j unknown (the CPU Qwen
+    pair's measuring round read j = 0 so, where the judge costs 0.8 of a step), and a round that mixes them
+    times the judge by the pairs it answered. An exact-match verifier alone rejects as "exact" too: it is free."""
+    same = JudgedDraft(draft="t", target="t", accept=True, score=1.0, method="exact")
+    answered = JudgedDraft(draft="d", target="t", accept=False, score=0.1, method="llm-judge")
+    unequal = JudgedDraft(draft="d", target="t", accept=False, score=0.0, method="exact")
+
+    def judged_after(*rounds):
+        policy = AdaptiveDepth(mode, initial=2, max_depth=8)
+        for judged, judge_s in rounds:
+            record = round_record(len(judged), 0, len(judged), branch_cost=free_branches, judge_s=judge_s)
+            policy.observe(record.model_copy(update={"judged": judged}))
+        return policy.costs.estimate().judge_s_per_round
+
+    assert judged_after(([same], 1e-6)) is None
+    assert judged_after(([same, same], 1e-6), ([same], 1e-6)) is None
+    # sync: the fork of the one pair the fast path left took 0.2 s; async chain: judge_s is the mean over the
+    # round's pairs (0.1 over two), so the one answered took 0.2 s
+    assert judged_after(([same, answered], 0.2 if mode == "sync" else 0.1)) == pytest.approx(0.2)
+    assert 0 < judged_after(([same, unequal], 1e-6)) < 1e-5
 
 
 def test_the_plan_leans_toward_drafting_while_few_positions_are_judged():

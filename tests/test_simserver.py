@@ -70,6 +70,12 @@ def test_batched_text_commit_eos_and_cache(sims):
     assert whole["text"].count("\n\n") == STEPS - 1  # no stop string: the whole reasoning, then EOS
     assert whole["meta_info"]["finish_reason"] == {"type": "stop", "matched": 2}
     assert whole["meta_info"]["cached_tokens"] > 0
+    # as SGLang: the token that completes a stop string is generated and counted, though the text drops it (a
+    # step ended on the delimiter and one ended at EOS then read alike per token in the cost fit)
+    step = requests.post(url + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 50,
+                                                                                       "stop": "\n\n"}}).json()
+    assert step["meta_info"]["finish_reason"] == {"type": "stop", "matched": "\n\n"}
+    assert len(step["text"].split()) == 6 and step["meta_info"]["completion_tokens"] == 6 + 1
     capped = requests.post(url + "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 3}}).json()
     assert capped["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
     assert capped["meta_info"]["e2e_latency"] >= 3 * 0.002  # SGLang's server-side time: 3 ticks of 2 ms at least
