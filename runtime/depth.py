@@ -42,8 +42,8 @@ so its spacing, in AR steps, counts them all.
 
 The model can miss costs (a client that runs out of CPU under load, a server that is
 sublinear where the fit is linear), so the rounds themselves are the last word: when the
-rounds that drafted advanced measurably slower (tokens per second) than AR rounds, it
-runs AR whatever the model says. A drafting round of a forking engine (sync, async windows) costs
+rounds that drafted did not advance at least `GAIN_TO_DRAFT` as fast (tokens per second) as AR
+rounds, it runs AR whatever the model says. A drafting round of a forking engine (sync, async windows) costs
 the same whatever its verdicts, so it counts the tokens a round of its shape keeps on average at
 α̂, not what its luck kept: the rates then measure costs, and α̂ alone carries acceptance. (Counting
 what they kept, a few unlucky early rounds at slope 0 × 4 sync read 0.57 of AR's rate and held the
@@ -73,8 +73,13 @@ where a request's fixed cost is about half a step. At 10 % where they pay, one o
 point still read 0.89× (a few runs drafting among many at AR read fast, so the rates say drafting pays
 before it does); at 4 %, 0.98–0.99 in five runs, and a run at 16 writes 3 steps where it wrote 8.
 It starts at one run; each timed drafting round doubles it (up to every run) while the measured
-rates say drafting is at least as fast as AR (`GAIN_TO_WIDEN`), if it began with every slot taken,
-and halves it when they say drafting loses. Without it, whenever the plan turned to drafting (the cold start's round that measures the
+rates say drafting is 6 % faster than AR (`GAIN_TO_WIDEN`), if it began with every slot taken,
+and halves it when they say drafting gains under 3 % (`GAIN_TO_DRAFT`, below which the runs write AR
+whatever the model says). The margins are there because the rates lean toward drafting (a few drafting
+runs among runs at AR get more than their share of the client), and where drafting barely wins on
+average its slowest requests lose more: at slope 0 × 16 async, rates that read drafting 1.03× and
+0.99× as fast as AR let every run draft, and the point ran at 0.92× and 0.83× AR. (Until 79e4556 the
+simulator undercounted a drafted step's tokens by one in 17, which had stood in for these margins.) Without it, whenever the plan turned to drafting (the cold start's round that measures the
 draft, the first plans after it), every run in flight drafted at once, deep, before one drafting
 round was timed: 0.37× AR at slope 0 × 16 sync on a client out of CPU. The share grows step by step
 because a few runs drafting among runs at AR read faster than all of them drafting would.
@@ -142,13 +147,13 @@ RATIONED_OVERHEAD = 0.04  # a run the drafting slots leave out writes the fewest
 PROBE_SPACING = (6, 400)  # AR rounds between probes: at least, at most
 PROBE_BACKOFF = 8  # fork probes' spacing doubles, up to this many times the budget's, while they leave the model at AR
 CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
-LOSS_MARGIN = 0.03  # drafting rounds measured this much slower (tokens/s) than AR rounds: run AR
+GAIN_TO_DRAFT = 1.03  # drafting rounds measured slower than this against AR rounds (tokens/s): run AR
 STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement of AR or drafting rounds ages
 STALE_RENEW = 0.9  # one run alone: a drafting rate aged below this is renewed by the next drafting round...
 STALE_WEIGHT = 0.5  # ...where what it held counts at most this share of that round's own time
 ALPHA_SLOW_FORGET = 0.99  # per round of each run: α̂'s long memory, kept while recent rounds agree with it
 ALPHA_SHIFT_Z = 3.0  # recent rounds this many standard errors away from it: acceptance changed, the memory restarts
-GAIN_TO_WIDEN = 1.0  # drafting rounds measured at least this fast against AR rounds: twice the runs may draft at once
+GAIN_TO_WIDEN = 1.06  # drafting rounds measured at least this fast against AR rounds: twice the runs may draft at once
 
 
 def _spacing(loss: float) -> int:
@@ -446,7 +451,7 @@ class AdaptiveDepth:
         """(γ, W, expected speedup) under the current estimates; nan where it is not known yet."""
         best = self._model_plan()
         gain = self.measured_gain()
-        if best[0] and not math.isnan(best[2]) and gain is not None and gain < 1.0 - LOSS_MARGIN:
+        if best[0] and not math.isnan(best[2]) and gain is not None and gain < GAIN_TO_DRAFT:
             return 0, 1, 1.0  # the model says drafting pays, the rounds say it does not: they win
         return best
 
@@ -736,7 +741,7 @@ class AdaptiveDepth:
         slots = self.draft_slots
         if gain >= GAIN_TO_WIDEN and started >= self._slots_filled:  # up to the runs in flight now
             self.draft_slots = max(slots, min(2 * slots, self._concurrency()))
-        elif gain < 1.0 - LOSS_MARGIN:
+        elif gain < GAIN_TO_DRAFT:
             self.draft_slots = max(1, slots // 2)
         if self.draft_slots != slots:
             self._slots_filled = math.inf  # until the new number of runs draft at once

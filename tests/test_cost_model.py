@@ -510,10 +510,11 @@ def _timed(depth, seconds_per_token, stretch=0):
                 "started": time.perf_counter()})
 
 
-@pytest.mark.parametrize("slowdown, probe_at_plan", [(2.0, False), (1.1, True)])
+@pytest.mark.parametrize("slowdown, probe_at_plan", [(2.0, False), (1.1, True), (1 / 1.02, True)])
 def test_rounds_that_measure_slower_than_ar_win_over_the_model(slowdown, probe_at_plan):
     """The model says drafting pays (free branches), but the drafting rounds advance `slowdown` times slower
-    than AR rounds (say the client runs out of CPU): the policy runs AR, and drafts again when its drafted
+    than AR rounds (say the client runs out of CPU), or barely faster (2 %, under GAIN_TO_DRAFT: the rates
+    lean toward drafting, and its slowest requests lose more): the policy runs AR, and drafts again when its drafted
     probes measure fast rounds. The probes run the model's γ (what the rates must measure again), unless
     such a round would lose more than the probe budget spreads over the longest spacing: then one step."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
@@ -863,6 +864,22 @@ def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
         policy.observe(_timed(3, 4 * T))  # the load changed: drafting rounds now lose
     estimate = policy.cost_estimate()
     assert estimate.draft_slots == 1 and estimate.planned_depth == 0
+
+
+def test_rates_that_say_drafting_barely_pays_do_not_widen_the_slots():
+    """Drafting rounds measured 4 % faster than AR rounds: the runs that draft go on drafting, but no more of
+    them (GAIN_TO_WIDEN is 6 %): at slope 0 × 16 async, rates that read 1.03× let every run draft, and the
+    point ran at 0.92× AR."""
+    policy = _shared_policy(16)
+    with _runs_in_threads(policy, 16) as ask:
+        [ask(i) for i in range(16)]
+        for _ in range(2):
+            policy.observe(_timed(0, T))
+        for _ in range(6):
+            policy.observe(_timed(3, T / 1.05))  # what a round keeps at α̂ counts 1 % under what it kept
+            [ask(i) for i in range(16)]
+        assert 1.03 < policy.measured_gain() < 1.06
+        assert policy.draft_slots == 1 and policy.cost_estimate().planned_depth >= 3
 
 
 def test_only_a_drafting_round_begun_with_every_slot_taken_widens_them_again():
