@@ -232,3 +232,19 @@ def test_a_benchmarks_simulated_servers_die_with_it():
     for pid in left:  # the test's own servers, by PID
         os.kill(pid, 9)
     assert not left
+
+
+def test_the_prefix_cache_is_bounded_and_keeps_what_is_in_use():
+    from lookahead_reasoning.eval.simserver import _Trie
+
+    trie = _Trie(capacity=20)  # generations of 10 tokens
+    in_use, old = ["q", "a", "b"], ["x", "y", "z"]
+    trie.insert(old)
+    trie.insert(in_use)
+    for i in range(30):  # other prompts come and go; the one in use comes back now and then
+        trie.insert([f"p{i}", "w", "v"])
+        if i % 3 == 0 and trie.match(in_use) == 3:
+            trie.insert(in_use)
+    assert trie.match(in_use) == 3 and trie.match(old) == 0
+    assert trie.match(["q", "a", "c"]) == 2  # a shared prefix still matches
+    assert trie.nodes <= 10  # the current generation; the previous one held at most as many
