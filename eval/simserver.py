@@ -117,9 +117,9 @@ class _Trie:
     generations stand in for LRU eviction: inserts go to the current one, and when it holds half the
     capacity it becomes the previous one (the one before is dropped); a match looks in both, and a prompt
     that matched in the previous one is inserted into the current one with its completion, so what is in use
-    stays. Unbounded, the trie grew over a `bench --load` grid to millions of nodes (about a gigabyte),
-    and each server then took a quarter longer per request under 64 in flight: the grid's later points at
-    16 and 64 runs measured the simulator's own slowdown."""
+    stays. Unbounded, the trie grew over a `bench --load` grid to millions of nodes (about a gigabyte per
+    server), and in one measurement 64 requests in flight then took 159–168 ms where they took 129 ms on a
+    fresh server: the grid's later points would measure the simulator's own slowdown."""
 
     def __init__(self, capacity: int = TRIE_CAPACITY):
         self.capacity = capacity

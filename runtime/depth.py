@@ -43,8 +43,8 @@ so its spacing, in AR steps, counts them all.
 The model can miss costs (a client that runs out of CPU under load, a server that is
 sublinear where the fit is linear), so the rounds themselves are the last word: when the
 rounds that drafted did not advance at least `GAIN_TO_DRAFT` as fast (tokens per second) as AR
-rounds, it runs AR whatever the model says. A drafting round of a forking engine (sync, async windows) costs
-the same whatever its verdicts, so it counts the tokens a round of its shape keeps on average at
+rounds, it runs AR whatever the model says. A drafting round of a forking engine (sync, async
+windows) costs the same whatever its verdicts, so it counts the tokens a round of its shape keeps on average at
 α̂, not what its luck kept: the rates then measure costs, and α̂ alone carries acceptance. (Counting
 what they kept, a few unlucky early rounds at slope 0 × 4 sync read 0.57 of AR's rate and held the
 runs at AR for the whole benchmark, where fixed γ = 2 gained 1.18×.) Each kind's measurement ages as rounds of the other kind go by
@@ -79,8 +79,9 @@ whatever the model says). The margins are there because the rates lean toward dr
 runs among runs at AR get more than their share of the client), and where drafting barely wins on
 average its slowest requests lose more: at slope 0 × 16 async, rates that read drafting 1.03× and
 0.99× as fast as AR let every run draft, and the point ran at 0.92× and 0.83× AR. (Until 79e4556 the
-simulator undercounted a drafted step's tokens by one in 17, which had stood in for these margins.) Without it, whenever the plan turned to drafting (the cold start's round that measures the
-draft, the first plans after it), every run in flight drafted at once, deep, before one drafting
+simulator undercounted a drafted step's tokens by one in 17, which had stood in for these margins.)
+Without the rationing, whenever the plan turned to drafting (the cold start's round that measures
+the draft, the first plans after it), every run in flight drafted at once, deep, before one drafting
 round was timed: 0.37× AR at slope 0 × 16 sync on a client out of CPU. The share grows step by step
 because a few runs drafting among runs at AR read faster than all of them drafting would.
 
@@ -135,6 +136,7 @@ from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel, per_run
 from lookahead_reasoning.runtime.results import RoundRecord
 from lookahead_reasoning.runtime.theory import engine_speedup, round_steps, tree_branches
+from lookahead_reasoning.verifiers.base import ExactMatchVerifier
 
 TREE_NODE_BUDGET = 16  # leaves; the drafting itself is capped by LookaheadConfig.max_tree_nodes
 PROBE_BUDGET = 0.02  # share of the time that probes may cost while AR wins
@@ -607,8 +609,8 @@ class AdaptiveDepth:
     def _probe_taken(self, fork: bool, spacing: int) -> None:
         """A probe is planned now, `spacing` AR steps after the last: the count to the next one starts again.
         After a fork probe, where the model itself plans AR, the next one comes twice as late, up to PROBE_BACKOFF
-        times. Drafted probes keep the
-        budget's spacing: they also renew α̂, and a few unlucky rejections at the start need them to recover.
+        times. Drafted probes keep the budget's spacing: they also renew α̂, and a few unlucky rejections at
+        the start need them to recover.
         The count keeps what it held beyond the spacing, up to a probe owed by each other run in flight: runs
         that share the policy end their stretches together, and one of them takes the probe, so zeroing it
         lost the rest (at slope 0 × 16 sync, 12 probes over 64 problems of 12 steps where the budget allowed
@@ -691,10 +693,10 @@ class AdaptiveDepth:
         out (on the CPU Qwen pair, a measuring round whose draft equalled the target's step read j = 0
         where the judge costs 0.8 of a step). Where the verifier is exact match alone, its rejections are
         "exact" too: that verifier is free, and such a round says so."""
-        judged = record.judged
-        answered = sum(verdict.method != "exact" for verdict in judged)
-        if not judged or not (answered or any(not verdict.accept for verdict in judged)):
+        judged, exact = record.judged, ExactMatchVerifier.name
+        if all(verdict.method == exact and verdict.accept for verdict in judged):
             return
+        answered = sum(verdict.method != exact for verdict in judged)
         if self.mode == "async" and self.width == 1:  # one pair at a time: judge_s is the mean over the pairs
             self.costs.observe_judge(1, record.judge_s * len(judged) / max(1, answered), runs)
         else:  # one fork of the pairs the fast path left
