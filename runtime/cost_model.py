@@ -56,7 +56,7 @@ from lookahead_reasoning.files import cache_dir, write_atomically
 
 MAX_SLOPE = 1.5
 TIE = 1e-9  # fits whose mean squared errors differ by less than this times ȳ² fit equally well
-MIN_LENGTH_SPREAD = 0.2  # steps' lengths vary at least this much (std / mean) for a fixed cost o to be fitted
+MIN_LENGTH_SPREAD = 0.2  # 1/L varies at least this much (std / mean, apart from the loads) for a fixed cost o to be fitted
 SLOW_FORGET = 0.98  # per round of each run: the fit that the time alone comes from where the load barely varies
 MIN_LOAD_SPREAD = 0.05  # requests' loads vary at least this much, std / mean of (1 + x), for the slope to be fitted
 MAX_SLOPE_ERROR = 0.1  # the slope's standard error (in s) under which a fit over barely varying loads is trusted
@@ -253,10 +253,17 @@ class CostModel:
         """Whether the requests' loads varied enough to fit the slope from them."""
         return cls._load_variance(m) >= MIN_LOAD_SPREAD ** 2 * (1.0 + m["1*x"]) ** 2
 
-    @staticmethod
-    def _lengths_vary(m: dict[str, float]) -> bool:
-        """Whether the requests' lengths varied enough to tell a fixed cost o from the time per token."""
-        return m["i*i"] - m["1*i"] ** 2 >= MIN_LENGTH_SPREAD ** 2 * m["1*i"] ** 2
+    @classmethod
+    def _lengths_vary(cls, m: dict[str, float]) -> bool:
+        """Whether the requests' lengths varied enough to tell a fixed cost o from the time per token, and from
+        the slope: only the spread of 1/L that the loads do not explain counts. A short fork probe between
+        long lone steps is slower per token by o/L and by u alike; fitting o there (the lone steps' noise
+        reading o = 5 s) read free branches where they cost two steps (traced on the CPU Qwen pair)."""
+        spread = m["i*i"] - m["1*i"] ** 2
+        load_variance = cls._load_variance(m)
+        if load_variance > 1e-12:
+            spread -= (m["i*x"] - m["1*i"] * m["1*x"]) ** 2 / load_variance
+        return spread >= MIN_LENGTH_SPREAD ** 2 * m["1*i"] ** 2
 
     def _slope_measured(self, m: dict[str, float], moments: dict[str, _Average]) -> bool:
         """Whether the slope can be fitted from these moments: the loads varied enough, or, where they barely

@@ -207,6 +207,34 @@ def test_the_first_probe_beside_one_stretch_reads_as_a_slope_not_a_fixed_cost(st
     assert model.branch_cost(2) == pytest.approx(2.0)
 
 
+@pytest.mark.parametrize("tokens, seconds", [(80, 38.2), (78, 38.2), (84, 39.6), (80, 39.0)])
+def test_lone_steps_of_about_one_length_do_not_fit_a_fixed_cost_that_a_short_probe_then_pays(tokens, seconds):
+    """The CPU Qwen pair's first rounds: a lone step (82 tokens, 39.4 s), a fork probe whose 10-token step
+    took 9.4 s (B(2) ≈ 1.96), then an AR stretch alone, the same time per token within a few per cent.
+    Only the probe is short; 1/L's spread is the load's. Fitting o there read the stretch's noise as o = 5 s
+    that explained the probe (B(2) = 1.00, a measuring round 25 s over AR); the slope stays the probe's."""
+    model = CostModel()
+    model.observe_target(1, 39.4, 82)
+    model.observe_target(2, 9.4, 10)
+    model.observe_target(1, seconds, tokens, steps=2)
+    assert model.estimate().request_overhead_s == 0.0
+    assert model.branch_cost(2) == pytest.approx(1.96, abs=0.05)
+
+
+def test_lengths_that_vary_at_one_load_still_fit_a_fixed_cost_beside_a_short_probe():
+    """The same probe after lone steps of 10 to 80 tokens (o = 1 s, t₁ = 0.4 s): their lengths tell o apart,
+    and the probe's extra time is the slope's (s = 1 for a bare token)."""
+    model = CostModel(forget=1.0)
+    for tokens in (10, 80, 25, 60):
+        model.observe_target(1, 1.0 + tokens * 0.4, tokens)
+    model.observe_target(2, 1.0 + 10 * 0.4 * 2, 10)
+    estimate = model.estimate()
+    assert estimate.request_overhead_s == pytest.approx(1.0)
+    assert estimate.target_s_per_token == pytest.approx(0.4)
+    mean = estimate.step_tokens
+    assert model.branch_cost(2) == pytest.approx((1.0 + mean * 0.4 * 2) / (1.0 + mean * 0.4))
+
+
 def _at_one_high_load(model, rounds=4):
     """64 runs on a linear server (t₁ = 5 ms): every request beside 62 to 66 others, the client's noise in
     timing them larger than what the load's spread adds (traced in `bench --load`)."""
