@@ -16,7 +16,7 @@ this model have in flight), and o, t₁ and u are fitted, each ≥ 0, by forgett
 squares per token: of T/L on (1, 1/L, a − 1), within the bounds (s ≤ MAX_SLOPE) and, where the
 recent loads barely vary, with the time alone from a slower fit (`_least_squares`). Without o, short steps would look
 slower per token than long ones, and that noise would swamp u; o is fitted only where
-requests' lengths vary enough to tell it from t₁. Where the server reports its own time for a request
+requests' lengths vary enough, apart from what their loads explain, to tell it from t₁ and u. Where the server reports its own time for a request
 (SGLang's `e2e_latency`), that is what is fitted, and the client's share of a request (HTTP, the
 frontend's threads: its time less the server's) is a forgetting mean added to o: a client short of CPU
 under many runs takes longer per request the more requests it has in flight, which a fit of its timings
