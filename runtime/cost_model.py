@@ -14,15 +14,16 @@ batch costs one request), u ≈ t₁ on a CPU or a saturated GPU. Every timed ta
 the runs send is an observation (a = its fork's width plus what the other runs sharing
 this model have in flight), and o, t₁ and u are fitted, each ≥ 0, by forgetting least
 squares per token: of T/L on (1, 1/L, a − 1), within the bounds (s ≤ MAX_SLOPE) and, where the
-recent loads barely vary, with the time alone from a slower fit (`_least_squares`). Without o, short steps would look
-slower per token than long ones, and that noise would swamp u; o is fitted only where
-requests' lengths vary enough, apart from what their loads explain, to tell it from t₁ and u. Where the server reports its own time for a request
-(SGLang's `e2e_latency`), that is what is fitted, and the client's share of a request (HTTP, the
-frontend's threads: its time less the server's) is a forgetting mean added to o: a client short of CPU
-under many runs takes longer per request the more requests it has in flight, which a fit of its timings
-reads as slope (traced in `bench --load` at 4 runs on 2 cores: s = 1.0 on a server that batches for free,
-and every run stayed at AR where drafting gained 1.3×). For a step of L̄ tokens (the mean) alone, S = o + L̄ t₁, the
-slope s = u L̄ / S is what one more request in flight adds to it (s ≈ 1: linear). The
+recent loads barely vary, with the time alone from a slower fit (`_least_squares`). Without o, short
+steps would look slower per token than long ones, and that noise would swamp u; o is fitted only where
+requests' lengths vary enough, apart from what their loads explain, to tell it from t₁ and u. Where
+the server reports its own time for a request (SGLang's `e2e_latency`), that is what is fitted, and the
+client's share of a request (HTTP, the frontend's threads: its time less the server's) is a forgetting
+mean added to o: a client short of CPU under many runs takes longer per request the more requests it
+has in flight, which a fit of its timings reads as slope (traced in `bench --load` at 4 runs on 2
+cores: s = 1.0 on a server that batches for free, and every run stayed at AR where drafting gained
+1.3×). For a step of L̄ tokens (the mean) alone, S = o + L̄ t₁, the slope s = u L̄ / S is what one more
+request in flight adds to it (s ≈ 1: linear). The
 branch cost the theory needs follows: when C runs share the servers and all follow this
 policy, a fork of n branches costs
 
