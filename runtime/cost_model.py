@@ -57,7 +57,8 @@ from lookahead_reasoning.files import cache_dir, write_atomically
 
 MAX_SLOPE = 1.5
 TIE = 1e-9  # fits whose mean squared errors differ by less than this times ȳ² fit equally well
-MIN_LENGTH_SPREAD = 0.2  # 1/L varies at least this much (std / mean, apart from the loads) for a fixed cost o to be fitted
+# 1/L varies at least this much (std / mean, apart from what the loads explain) for a fixed cost o to be fitted
+MIN_LENGTH_SPREAD = 0.2
 SLOW_FORGET = 0.98  # per round of each run: the fit that the time alone comes from where the load barely varies
 MIN_LOAD_SPREAD = 0.05  # requests' loads vary at least this much, std / mean of (1 + x), for the slope to be fitted
 MAX_SLOPE_ERROR = 0.1  # the slope's standard error (in s) under which a fit over barely varying loads is trusted
@@ -245,9 +246,14 @@ class CostModel:
         values = {name: avg.value for name, avg in moments.items()}
         return None if values["1*y"] is None else values
 
-    @staticmethod
-    def _load_variance(m: dict[str, float]) -> float:
-        return m["x*x"] - m["1*x"] ** 2
+    @classmethod
+    def _covariance(cls, m: dict[str, float], a: str, b: str) -> float:
+        """The forgetting-weighted covariance of the regressors `a` and `b` (1, i or x; y for the time)."""
+        return cls._moment(m, a, b) - cls._moment(m, "1", a) * cls._moment(m, "1", b)
+
+    @classmethod
+    def _load_variance(cls, m: dict[str, float]) -> float:
+        return cls._covariance(m, "x", "x")
 
     @classmethod
     def _load_spread(cls, m: dict[str, float]) -> bool:
@@ -260,10 +266,10 @@ class CostModel:
         the slope: only the spread of 1/L that the loads do not explain counts. A short fork probe between
         long lone steps is slower per token by o/L and by u alike; fitting o there (the lone steps' noise
         reading o = 5 s) read free branches where they cost two steps (traced on the CPU Qwen pair)."""
-        spread = m["i*i"] - m["1*i"] ** 2
+        spread = cls._covariance(m, "i", "i")
         load_variance = cls._load_variance(m)
         if load_variance > 1e-12:
-            spread -= (m["i*x"] - m["1*i"] * m["1*x"]) ** 2 / load_variance
+            spread -= cls._covariance(m, "i", "x") ** 2 / load_variance
         return spread >= MIN_LENGTH_SPREAD ** 2 * m["1*i"] ** 2
 
     def _slope_measured(self, m: dict[str, float], moments: dict[str, _Average]) -> bool:
