@@ -3,8 +3,12 @@
 Load is two things at once here. `batch_slope` says what parallel requests cost a server
 (0: a batch costs one request, an idle GPU; 1: linear, a CPU or a saturated GPU), and
 `concurrency` is how many requests run at once. Every method at a point runs the same
-requests on the same servers: `concurrency` threads, each taking requests until
-max(`min_requests`, `concurrency`) are done. The lookahead methods of one point share one engine
+requests on the same servers: `concurrency` threads, each taking the next request as soon as its
+last one is done, until max(`min_requests`, `REQUESTS_PER_THREAD` × `concurrency`) are done, so
+that most of a point runs at its concurrency. (With as many requests as threads, a point was one
+burst that started together and then drained to fewer at a time, and its p50 was one burst's: at
+slope 0 × 16 the adaptive policy read 0.91–1.01 of the best fixed γ from one set of repeats to the
+next, and 0.99–1.03 with three requests a thread; docs/figures.md.) The lookahead methods of one point share one engine
 configuration and, for the adaptive policy, one policy and cost model, as the requests
 of `lookahead serve` do; the adaptive policy first serves unmeasured waves of other
 requests like them (`WARMUP_WAVES`, or fewer where they reach `WARMUP_REQUESTS`), as a
@@ -20,10 +24,9 @@ every word now names its problem, simserver.py.)
 Reported per point: tokens/s (all output tokens / wall time), p50 and p99 request
 latency, speedup_vs_ar = AR's p50 latency / the method's p50 latency at the same
 (slope, concurrency), and throughput_vs_ar = the method's tokens/s / AR's. The two can
-disagree under load. Where the concurrency is at least the point's requests, they all start
-together, and the wall time is that of the slowest: drafting spreads the finishing times, so a
-method can bring the median request in ahead of AR's while the last one ends later (slope 0.1 ×
-16 sync, fixed γ = 2: p50 1.07× AR, tokens/s 0.86× AR).
+disagree under load: the wall time ends with the slowest request, and drafting spreads the finishing
+times, so a method can bring the median request in ahead of AR's while the last one ends later (one
+burst of 16 at slope 0.1 × 16 sync, fixed γ = 2: p50 1.07× AR, tokens/s 0.86× AR).
 With `repeats` > 1 every method of a point runs that many times, AR first each time (side by
 side, so that each ratio compares runs a few seconds apart on a noisy machine), and each
 figure is the median over the repeats, each ratio the median of the per-repeat ratios.
@@ -51,6 +54,7 @@ from lookahead_reasoning.errors import LookaheadError
 Depth = Union[Literal["ar", "adaptive"], int]
 WARMUP_WAVES = 3  # the adaptive policy's unmeasured waves of a point's requests before its measured one...
 WARMUP_REQUESTS = 48  # ...fewer where fewer waves reach this many requests (64 at a time: one wave)
+REQUESTS_PER_THREAD = 3  # a point's requests: at least this many per concurrent thread (see the docstring)
 
 
 class LoadGrid(BaseModel):
@@ -61,7 +65,8 @@ class LoadGrid(BaseModel):
     alpha: float = Field(0.7, gt=0.0, lt=1.0)
     c: float = Field(0.1, gt=0.0)
     # 16, not fewer: at one or four requests at a time, a p50 of 6 ten-step requests moved by 10-20 % from run to run
-    min_requests: int = Field(16, ge=1, description="requests per point: this many, or the concurrency if higher")
+    min_requests: int = Field(16, ge=1, description="requests per point: this many, or three per concurrent "
+                                                     "request if more")
     repeats: int = Field(1, ge=1, le=20, description="runs of every point; the medians are reported")
 
     @model_validator(mode="after")
@@ -161,7 +166,7 @@ def run_load_grid(grid: LoadGrid, latency: LatencyModel,
         for slope in grid.slopes:
             cluster.configure(grid.alpha, grid.c, batch_slope=slope)
             for concurrency in grid.concurrency:
-                count = max(grid.min_requests, concurrency)
+                count = max(grid.min_requests, REQUESTS_PER_THREAD * concurrency)
                 problems = questions(latency.model_copy(update={"problems": count}))
                 methods = [("-", "ar")] + [(engine, depth) for engine in grid.engines
                                            for depth in grid.depths if depth != "ar"]

@@ -315,6 +315,38 @@ def test_bench_load_repeats_report_medians_of_side_by_side_runs(monkeypatch):
     assert seen == points
 
 
+@pytest.mark.parametrize("concurrency, min_requests, expected", [(1, 16, 16), (4, 16, 16), (16, 16, 48),
+                                                                  (64, 16, 192), (16, 60, 60)])
+def test_bench_load_points_run_three_requests_per_thread(monkeypatch, concurrency, min_requests, expected):
+    """A point runs at least three requests per concurrent thread, so that most of it runs at its concurrency
+    (one request per thread was one burst that drained); `min_requests` still sets a floor."""
+    from lookahead_reasoning.eval import load_bench
+
+    asked = []
+
+    def fake_questions(latency):
+        asked.append(latency.problems)
+        return [f"q{i}" for i in range(latency.problems)]
+
+    def fake_run_point(cluster, depth, engine, problems, concurrency, latency):
+        return load_bench._Measured(wall=1.0, latencies=[1.0] * len(problems), tokens=len(problems), judged=0,
+                                    accepted=0)
+
+    class FakeCluster:
+        def __init__(self, latency): ...
+        def __enter__(self): return self
+        def __exit__(self, *exc): ...
+        def configure(self, *args, **kwargs): ...
+
+    monkeypatch.setattr(load_bench, "_run_point", fake_run_point)
+    monkeypatch.setattr(load_bench, "SimCluster", FakeCluster)
+    monkeypatch.setattr(load_bench, "questions", fake_questions)
+    grid = load_bench.LoadGrid(slopes=[0.0], concurrency=[concurrency], depths=["ar"], engines=["sync"],
+                               min_requests=min_requests)
+    load_bench.run_load_grid(grid, load_bench.LatencyModel())
+    assert asked == [expected]
+
+
 @pytest.mark.parametrize("requests, warmup_waves", [(16, 3), (64, 1)])
 def test_bench_load_warms_the_adaptive_policy_up_before_measuring(monkeypatch, requests, warmup_waves):
     """Only the adaptive policy learns: it serves `WARMUP_WAVES` unmeasured waves of other requests first, fewer
