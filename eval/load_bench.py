@@ -5,10 +5,9 @@ Load is two things at once here. `batch_slope` says what parallel requests cost 
 `concurrency` is how many requests run at once. Every method at a point runs the same
 requests on the same servers: `concurrency` threads, each taking the next request as soon as its
 last one is done, until max(`min_requests`, `REQUESTS_PER_THREAD` × `concurrency`) are done, so
-that most of a point runs at its concurrency. (With as many requests as threads, a point was one
-burst that started together and then drained to fewer at a time, and its p50 was one burst's: at
-slope 0 × 16 the adaptive policy read 0.91–1.01 of the best fixed γ from one set of repeats to the
-next, and 0.99–1.03 with three requests a thread; docs/figures.md.) The lookahead methods of one point share one engine
+that most of a point runs at its concurrency. (With as many requests as threads, a point at 16 or
+64 was one burst that started together and then drained to fewer at a time: its p50 was that burst's,
+not that of a load held at its concurrency.) The lookahead methods of one point share one engine
 configuration and, for the adaptive policy, one policy and cost model, as the requests
 of `lookahead serve` do; the adaptive policy first serves unmeasured waves of other
 requests like them (`WARMUP_WAVES`, or fewer where they reach `WARMUP_REQUESTS`), as a
