@@ -279,6 +279,21 @@ def test_bench_load_json_table_and_plot(capsys, tmp_path):
     assert (tmp_path / "load.png").stat().st_size > 0 and json.loads((tmp_path / "load.json").read_text())["points"]
 
 
+def _grid_without_servers(monkeypatch, run_point, questions):
+    """`run_load_grid` with `run_point` and `questions` standing in for the simulated servers' runs."""
+    from lookahead_reasoning.eval import load_bench
+
+    class FakeCluster:
+        def __init__(self, latency): ...
+        def __enter__(self): return self
+        def __exit__(self, *exc): ...
+        def configure(self, *args, **kwargs): ...
+
+    monkeypatch.setattr(load_bench, "_run_point", run_point)
+    monkeypatch.setattr(load_bench, "SimCluster", FakeCluster)
+    monkeypatch.setattr(load_bench, "questions", questions)
+
+
 def test_bench_load_repeats_report_medians_of_side_by_side_runs(monkeypatch):
     """Each repeat runs AR first, then the methods; a point's figures are medians over the repeats, its
     speedup (p50) and throughput ratio the medians of each repeat's ratio to that repeat's AR (not the
@@ -295,15 +310,7 @@ def test_bench_load_repeats_report_medians_of_side_by_side_runs(monkeypatch):
         return load_bench._Measured(wall=p50 * (2 if depth == 2 else 1), latencies=[p50], tokens=100, judged=0,
                                     accepted=0)
 
-    class FakeCluster:
-        def __init__(self, latency): ...
-        def __enter__(self): return self
-        def __exit__(self, *exc): ...
-        def configure(self, *args, **kwargs): ...
-
-    monkeypatch.setattr(load_bench, "_run_point", fake_run_point)
-    monkeypatch.setattr(load_bench, "SimCluster", FakeCluster)
-    monkeypatch.setattr(load_bench, "questions", lambda latency: ["q"])
+    _grid_without_servers(monkeypatch, fake_run_point, lambda latency: ["q"])
     grid = load_bench.LoadGrid(slopes=[0.0], concurrency=[1], depths=["ar", 2], engines=["sync"], repeats=3)
     seen = []
     points = load_bench.run_load_grid(grid, load_bench.LatencyModel(), progress=seen.append)
@@ -332,15 +339,7 @@ def test_bench_load_points_run_three_requests_per_thread(monkeypatch, concurrenc
         return load_bench._Measured(wall=1.0, latencies=[1.0] * len(problems), tokens=len(problems), judged=0,
                                     accepted=0)
 
-    class FakeCluster:
-        def __init__(self, latency): ...
-        def __enter__(self): return self
-        def __exit__(self, *exc): ...
-        def configure(self, *args, **kwargs): ...
-
-    monkeypatch.setattr(load_bench, "_run_point", fake_run_point)
-    monkeypatch.setattr(load_bench, "SimCluster", FakeCluster)
-    monkeypatch.setattr(load_bench, "questions", fake_questions)
+    _grid_without_servers(monkeypatch, fake_run_point, fake_questions)
     grid = load_bench.LoadGrid(slopes=[0.0], concurrency=[concurrency], depths=["ar"], engines=["sync"],
                                min_requests=min_requests)
     load_bench.run_load_grid(grid, load_bench.LatencyModel())
