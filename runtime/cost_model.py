@@ -86,6 +86,7 @@ class CostEstimate(BaseModel):
     expected_speedup: float | None = None  # over AR, by the theory with these costs at the plan's α (depth.py)
     measured_gain: float | None = None  # tokens/s of the rounds that drafted over that of AR rounds, measured
     draft_slots: int | None = None  # how many of the runs sharing the policy may be in a drafting round at once
+    client_cores: float | None = None  # the CPU the client process used over the last second, in cores (depth.py)
 
 
 def per_run(forget: float, runs: float) -> float:

@@ -85,6 +85,19 @@ the draft, the first plans after it), every run in flight drafted at once, deep,
 round was timed: 0.37× AR at slope 0 × 16 sync on a client out of CPU. The share grows step by step
 because a few runs drafting among runs at AR read faster than all of them drafting would.
 
+The rates measure what a drafting round costs its own run, not what it costs the runs beside it, and
+on one client the runs share its CPU: every request costs the client work (HTTP, JSON, the SGLang
+frontend), a drafted token 4 to 17 times an AR token's in a stretch, and once the client's Python
+threads hold the interpreter most of the time, every request waits for the others. So the slots widen
+only while the client process uses under `CLIENT_CORES_TO_WIDEN` of a core, and halve at each timed
+drafting round while it uses over `CLIENT_CORES_TO_NARROW` (client_cpu.py, over the last second): one
+core is what the interpreter lock lets Python threads use, whatever the machine has. At slope 0 × 64 on
+2 cores, drafting rounds read 1.3–1.9× as fast as AR rounds while every run slowed (fixed γ = 1–4 kept
+the client at 0.9 cores and ran at half AR's tokens/s; AR at 0.12 cores): the slots widened to 16–60
+and the point ran at 0.77–0.85× AR's tokens/s; with the meter, 0.92–0.95. The margins sit near the one
+core because busy is not yet harmful: at 16 runs, where every run drafting gains 1.3–1.6× p50, the
+client used 0.55–0.70 cores (async; sync 0.3), and limits of 0.5 and 0.75 held that point at 1.05×.
+
 While drafting wins, an AR round now and then (an AR check, spaced like the probes)
 keeps the target's time alone measured: with every round at one γ, the slope would not
 be identifiable (every fork at one width fits any split of its time between t₁ and the
@@ -132,6 +145,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
+from lookahead_reasoning.runtime.client_cpu import ClientCpu
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel, per_run
 from lookahead_reasoning.runtime.results import RoundRecord
@@ -156,6 +170,8 @@ STALE_WEIGHT = 0.5  # ...where what it held counts at most this share of that ro
 ALPHA_SLOW_FORGET = 0.99  # per round of each run: α̂'s long memory, kept while recent rounds agree with it
 ALPHA_SHIFT_Z = 3.0  # recent rounds this many standard errors away from it: acceptance changed, the memory restarts
 GAIN_TO_WIDEN = 1.06  # drafting rounds measured at least this fast against AR rounds: twice the runs may draft at once
+CLIENT_CORES_TO_WIDEN = 0.7  # the client's CPU (cores) under which the drafting slots may widen...
+CLIENT_CORES_TO_NARROW = 0.85  # ...and over which they halve: its interpreter lock runs about one core
 
 
 def _spacing(loss: float) -> int:
@@ -326,7 +342,7 @@ class AcceptanceTally:
 class AdaptiveDepth:
     def __init__(
         self, mode: str, initial: int, max_depth: int, width: int = 1, forget: float = 0.9,
-        costs: CostModel | None = None, max_nodes: int | None = None,
+        costs: CostModel | None = None, max_nodes: int | None = None, client_cpu: ClientCpu | None = None,
     ):
         self.mode = mode
         self.width = width  # the largest W it may choose
@@ -349,6 +365,7 @@ class AdaptiveDepth:
         self.draft_slots = 1  # how many of those may be in a drafting round at once (rationing, see the docstring)
         self._slots_filled = math.inf  # time.perf_counter() when every drafting slot was taken since they changed
         self._drafting: set[int] = set()  # the threads of the runs whose round in flight drafts
+        self.client_cpu = client_cpu  # how busy the client process is (None: not watched)
         self._probe_claim: int | None = None  # the thread of the run whose first round put off a due probe
         self.target_load = TargetLoad()  # the target requests in flight across those runs
         # draft once (γ = 1) even when the branches alone rule lookahead out, to measure c, j and α for a
@@ -676,6 +693,8 @@ class AdaptiveDepth:
         timed = record.index and record.output_tokens and record.wall_s > 0
         if timed and not (record.probe_tokens or record.measuring):
             with self._lock:
+                if self.client_cpu is not None:
+                    self.client_cpu.sample()
                 self._time_rate("draft" if record.depth else "ar", record, forget, runs)
                 if record.depth:
                     self._ration(record.started)
@@ -741,8 +760,11 @@ class AdaptiveDepth:
         if gain is None:
             return
         slots = self.draft_slots
-        if gain >= GAIN_TO_WIDEN and started >= self._slots_filled:  # up to the runs in flight now
-            self.draft_slots = max(slots, min(2 * slots, self._concurrency()))
+        cores = self.client_cpu.cores() if self.client_cpu is not None else None
+        if cores is not None and cores > CLIENT_CORES_TO_NARROW:
+            self.draft_slots = max(1, slots // 2)
+        elif gain >= GAIN_TO_WIDEN and started >= self._slots_filled and (cores or 0.0) < CLIENT_CORES_TO_WIDEN:
+            self.draft_slots = max(slots, min(2 * slots, self._concurrency()))  # up to the runs in flight now
         elif gain < GAIN_TO_DRAFT:
             self.draft_slots = max(1, slots // 2)
         if self.draft_slots != slots:
@@ -756,6 +778,7 @@ class AdaptiveDepth:
                 "alpha": self.alpha_at(width), "planned_depth": depth, "planned_width": width,
                 "measured_gain": self.measured_gain(),
                 "draft_slots": self.draft_slots,
+                "client_cores": self.client_cpu.cores() if self.client_cpu is not None else None,
                 "expected_speedup": None if math.isnan(speedup) else speedup,
                 "width_speedups": {w: round(s, 3) for w, s in self.width_speedups().items()} if self.width > 1 else {},
             })
@@ -765,5 +788,5 @@ def make_depth_policy(config: LookaheadConfig, mode: str, costs: CostModel | Non
     """The policy `config` asks for; `costs` lets several engines share what one server set costs."""
     if config.adaptive_depth:
         return AdaptiveDepth(mode, min(config.depth, config.max_depth), config.max_depth, config.width, costs=costs,
-                             max_nodes=config.max_tree_nodes)
+                             max_nodes=config.max_tree_nodes, client_cpu=ClientCpu())
     return FixedDepth(config.depth, config.width)

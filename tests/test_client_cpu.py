@@ -1,0 +1,128 @@
+"""The client's CPU meter, and the drafting slots it holds back when the client runs short of CPU."""
+
+import threading
+import time
+
+import pytest
+
+from lookahead_reasoning.runtime.client_cpu import MIN_SPAN_S, WINDOW_S, ClientCpu
+from lookahead_reasoning.runtime.depth import CLIENT_CORES_TO_NARROW, CLIENT_CORES_TO_WIDEN
+from test_cost_model import T, _runs_in_threads, _shared_policy, _timed
+
+
+class ScriptedClocks:
+    """Wall and CPU clocks that the test moves: `advance(seconds, cores)` lets `seconds` pass at `cores` busy."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+
+    def advance(self, seconds, cores):
+        self.wall += seconds
+        self.cpu += seconds * cores
+
+
+def test_the_meter_reads_the_cpu_used_per_second_over_its_window():
+    clocks = ScriptedClocks()
+    meter = ClientCpu(cpu_clock=lambda: clocks.cpu, wall_clock=lambda: clocks.wall)
+    meter.sample()
+    assert meter.cores() is None  # one sample: nothing to read
+    clocks.advance(MIN_SPAN_S / 2, 0.9)
+    meter.sample()
+    assert meter.cores() is None  # too short a span to say
+    for _ in range(8):
+        clocks.advance(0.1, 0.9)
+        meter.sample()
+    assert meter.cores() == pytest.approx(0.9)
+    for _ in range(int(3 * WINDOW_S / 0.1)):  # the load falls: within a window the meter reads the new one
+        clocks.advance(0.1, 0.2)
+        meter.sample()
+    assert meter.cores() == pytest.approx(0.2)
+
+
+def test_the_meter_reads_a_busy_process_busy_and_an_idle_one_idle():
+    """On the real clocks: a thread that spins reads about a core (at least half of one on a loaded
+    machine), one that sleeps reads almost none."""
+    meter = ClientCpu()
+    meter.sample()
+    end = time.perf_counter() + 0.6
+    while time.perf_counter() < end:
+        sum(range(1000))
+        meter.sample()
+    assert meter.cores() > 0.5
+    idle = ClientCpu()
+    for _ in range(6):
+        idle.sample()
+        time.sleep(0.1)
+    idle.sample()
+    assert idle.cores() < 0.2
+
+
+def _policy_with_meter(runs, cores):
+    """A shared policy (test_cost_model._shared_policy) whose client meter reads `cores["now"]` busy: each
+    observed round lets 0.1 s pass at that load."""
+    clocks = ScriptedClocks()
+    policy = _shared_policy(runs)
+    policy.client_cpu = ClientCpu(cpu_clock=lambda: clocks.cpu, wall_clock=lambda: clocks.wall)
+
+    def observe(record):
+        clocks.advance(0.1, cores["now"])
+        policy.observe(record)
+
+    return policy, observe
+
+
+def _draft_rounds(policy, observe, ask, rounds):
+    """`rounds` drafting rounds twice as fast as AR rounds, each followed by every run's next plan; the slots
+    after each."""
+    seen = []
+    for _ in range(rounds):
+        observe(_timed(3, T / 2))
+        seen.append(policy.draft_slots)
+        [ask(i) for i in range(16)]
+    return seen
+
+
+@pytest.mark.parametrize("cores, slots", [
+    (0.1, [1, 2, 4, 8, 16, 16]),  # CPU to spare: the rates alone decide, as before
+    ((CLIENT_CORES_TO_WIDEN + CLIENT_CORES_TO_NARROW) / 2, [1, 1, 1, 1, 1, 1]),  # busy: no wider
+])
+def test_a_busy_client_holds_the_drafting_slots_where_they_are(cores, slots):
+    """16 runs, drafting rounds twice as fast as AR rounds: the slots double with each drafting round begun
+    with every slot taken while the client has CPU to spare, and stay where they are once it is busy (at
+    slope 0 × 64 on 2 cores, the drafting rounds read 1.3–1.9× as fast as AR rounds while the client's
+    interpreter ran out of CPU and every run slowed: 0.77× AR's tokens/s)."""
+    policy, observe = _policy_with_meter(16, {"now": cores})
+    with _runs_in_threads(policy, 16) as ask:
+        [ask(i) for i in range(16)]
+        for _ in range(2):
+            observe(_timed(0, T))
+        assert _draft_rounds(policy, observe, ask, 6) == slots
+
+
+def test_a_client_out_of_cpu_halves_the_drafting_slots_whatever_the_rates_say():
+    """Every run drafts, the rounds still read twice as fast as AR's, and the client runs out of CPU: each
+    drafting round halves the slots, down to one; with CPU to spare again, they widen again."""
+    load = {"now": 0.1}
+    policy, observe = _policy_with_meter(16, load)
+    with _runs_in_threads(policy, 16) as ask:
+        [ask(i) for i in range(16)]
+        for _ in range(2):
+            observe(_timed(0, T))
+        assert _draft_rounds(policy, observe, ask, 5)[-1] == 16
+        load["now"] = 0.95
+        for _ in range(int(WINDOW_S / 0.1)):  # the meter reads the new load within a window
+            observe(_timed(0, T))
+        assert _draft_rounds(policy, observe, ask, 5) == [8, 4, 2, 1, 1]
+        load["now"] = 0.1
+        for _ in range(int(WINDOW_S / 0.1)):
+            observe(_timed(0, T))
+        assert _draft_rounds(policy, observe, ask, 2) == [2, 4]
+
+
+def test_policies_from_a_config_watch_the_client_and_scripted_ones_do_not():
+    from lookahead_reasoning.runtime.config import LookaheadConfig
+    from lookahead_reasoning.runtime.depth import AdaptiveDepth, make_depth_policy
+
+    policy = make_depth_policy(LookaheadConfig(adaptive_depth=True), "sync")
+    assert isinstance(policy.client_cpu, ClientCpu)
+    assert AdaptiveDepth("sync", initial=2, max_depth=8).client_cpu is None
