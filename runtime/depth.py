@@ -760,15 +760,17 @@ class AdaptiveDepth:
         if gain is None:
             return
         slots = self.draft_slots
-        cores = self.client_cpu.cores() if self.client_cpu is not None else None
-        if cores is not None and cores > CLIENT_CORES_TO_NARROW:
+        cores = self._client_cores()
+        if gain < GAIN_TO_DRAFT or (cores is not None and cores > CLIENT_CORES_TO_NARROW):
             self.draft_slots = max(1, slots // 2)
         elif gain >= GAIN_TO_WIDEN and started >= self._slots_filled and (cores or 0.0) < CLIENT_CORES_TO_WIDEN:
             self.draft_slots = max(slots, min(2 * slots, self._concurrency()))  # up to the runs in flight now
-        elif gain < GAIN_TO_DRAFT:
-            self.draft_slots = max(1, slots // 2)
         if self.draft_slots != slots:
             self._slots_filled = math.inf  # until the new number of runs draft at once
+
+    def _client_cores(self) -> float | None:
+        """The client process's CPU over the last second, in cores (None: not watched, or not known yet)."""
+        return self.client_cpu.cores() if self.client_cpu is not None else None
 
     def cost_estimate(self) -> CostEstimate | None:
         estimate = self.costs.estimate(self._concurrency())
@@ -778,7 +780,7 @@ class AdaptiveDepth:
                 "alpha": self.alpha_at(width), "planned_depth": depth, "planned_width": width,
                 "measured_gain": self.measured_gain(),
                 "draft_slots": self.draft_slots,
-                "client_cores": self.client_cpu.cores() if self.client_cpu is not None else None,
+                "client_cores": self._client_cores(),
                 "expected_speedup": None if math.isnan(speedup) else speedup,
                 "width_speedups": {w: round(s, 3) for w, s in self.width_speedups().items()} if self.width > 1 else {},
             })

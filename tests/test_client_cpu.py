@@ -1,6 +1,5 @@
 """The client's CPU meter, and the drafting slots it holds back when the client runs short of CPU."""
 
-import threading
 import time
 
 import pytest
