@@ -305,7 +305,7 @@ def bench(
     serve_load: bool = typer.Option(False, "--serve", help="a load check of `lookahead serve`, LR and AR"),
     url: Optional[str] = typer.Option(None, help="--serve: a running frontend on loopback (default: start one on simulated servers)"),
     requests: Optional[int] = typer.Option(
-        None, help="--serve: requests per model (default 16); --load: requests per point, or three per concurrent request if more (default 16)"),
+        None, help="--serve: requests per model (default 16); --load: requests per point, or three per concurrent request if more (default 32, --quick 16)"),
     concurrency: int = typer.Option(8, help="--serve: requests in flight at once"),
     max_concurrent: int = typer.Option(4, help="--serve without --url: the frontend's concurrency limit"),
     queue_timeout: float = typer.Option(30.0, help="--serve without --url: the frontend's queue timeout"),

@@ -63,8 +63,11 @@ class LoadGrid(BaseModel):
     engines: list[Literal["sync", "async"]] = ["sync", "async"]
     alpha: float = Field(0.7, gt=0.0, lt=1.0)
     c: float = Field(0.1, gt=0.0)
-    # 16, not fewer: at one or four requests at a time, a p50 of 6 ten-step requests moved by 10-20 % from run to run
-    min_requests: int = Field(16, ge=1, description="requests per point: this many, or three per concurrent "
+    # 32: a point's verdicts are one draw of α per (problem, step), and over 16 ten-step requests that draw alone
+    # set γ = 3 3-4 % behind γ = 4 and 5 at slope 0.1 × 1 (at α 0.7 γ = 3 is the best in expectation); over 32, a
+    # γ's share of such luck is within 2.2 % at 19 draws in 20 (docs/figures.md, Session 24). With 6 requests, a
+    # p50 moved by 10-20 % from run to run.
+    min_requests: int = Field(32, ge=1, description="requests per point: this many, or three per concurrent "
                                                      "request if more")
     repeats: int = Field(1, ge=1, le=20, description="runs of every point; the medians are reported")
 
@@ -84,7 +87,8 @@ class LoadGrid(BaseModel):
 
     @classmethod
     def quick(cls) -> LoadGrid:
-        return cls(slopes=[0.0, 1.0], concurrency=[1, 16], depths=["ar", 2, "adaptive"], engines=["sync"])
+        return cls(slopes=[0.0, 1.0], concurrency=[1, 16], depths=["ar", 2, "adaptive"], engines=["sync"],
+                   min_requests=16)
 
 
 class LoadPoint(BaseModel):

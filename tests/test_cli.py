@@ -322,8 +322,8 @@ def test_bench_load_repeats_report_medians_of_side_by_side_runs(monkeypatch):
     assert seen == points
 
 
-@pytest.mark.parametrize("concurrency, min_requests, expected", [(1, 16, 16), (4, 16, 16), (16, 16, 48),
-                                                                  (64, 16, 192), (16, 60, 60)])
+@pytest.mark.parametrize("concurrency, min_requests, expected", [(1, None, 32), (4, None, 32), (16, None, 48),
+                                                                  (64, 16, 192), (1, 16, 16), (16, 60, 60)])
 def test_bench_load_points_run_three_requests_per_thread(monkeypatch, concurrency, min_requests, expected):
     """A point runs at least three requests per concurrent thread, so that most of it runs at its concurrency
     (one request per thread was one burst that drained); `min_requests` still sets a floor."""
@@ -341,7 +341,7 @@ def test_bench_load_points_run_three_requests_per_thread(monkeypatch, concurrenc
 
     _grid_without_servers(monkeypatch, fake_run_point, fake_questions)
     grid = load_bench.LoadGrid(slopes=[0.0], concurrency=[concurrency], depths=["ar"], engines=["sync"],
-                               min_requests=min_requests)
+                               **({} if min_requests is None else {"min_requests": min_requests}))
     load_bench.run_load_grid(grid, load_bench.LatencyModel())
     assert asked == [expected]
 
