@@ -63,10 +63,9 @@ class LoadGrid(BaseModel):
     engines: list[Literal["sync", "async"]] = ["sync", "async"]
     alpha: float = Field(0.7, gt=0.0, lt=1.0)
     c: float = Field(0.1, gt=0.0)
-    # 32: a point's verdicts are one draw of α per (problem, step), and over 16 ten-step requests that draw alone
-    # set γ = 3 3-4 % behind γ = 4 and 5 at slope 0.1 × 1 (at α 0.7 γ = 3 is the best in expectation); over 32, a
-    # γ's share of such luck is within 2.2 % at 19 draws in 20 (docs/figures.md, Session 24). With 6 requests, a
-    # p50 moved by 10-20 % from run to run.
+    # 32: the simulated judge's verdicts are one fixed draw per (problem, step); over 16 ten-step requests that
+    # draw alone put γ = 4 and 5 ahead of γ = 3, the best in expectation, at slope 0.1 × 1 sync (docs/figures.md,
+    # Session 24). With 6 requests, a p50 moved by 10-20 % from run to run.
     min_requests: int = Field(32, ge=1, description="requests per point: this many, or three per concurrent "
                                                      "request if more")
     repeats: int = Field(1, ge=1, le=20, description="runs of every point; the medians are reported")

@@ -322,9 +322,10 @@ def test_bench_load_repeats_report_medians_of_side_by_side_runs(monkeypatch):
     assert seen == points
 
 
-@pytest.mark.parametrize("concurrency, min_requests, expected", [(1, None, 32), (4, None, 32), (16, None, 48),
-                                                                  (64, 16, 192), (1, 16, 16), (16, 60, 60)])
-def test_bench_load_points_run_three_requests_per_thread(monkeypatch, concurrency, min_requests, expected):
+@pytest.mark.parametrize("concurrency, floor, expected", [
+    (1, {}, 32), (4, {}, 32), (16, {}, 48),  # the default floor
+    (64, {"min_requests": 16}, 192), (1, {"min_requests": 16}, 16), (16, {"min_requests": 60}, 60)])
+def test_bench_load_points_run_three_requests_per_thread(monkeypatch, concurrency, floor, expected):
     """A point runs at least three requests per concurrent thread, so that most of it runs at its concurrency
     (one request per thread was one burst that drained); `min_requests` still sets a floor."""
     from lookahead_reasoning.eval import load_bench
@@ -340,8 +341,7 @@ def test_bench_load_points_run_three_requests_per_thread(monkeypatch, concurrenc
                                     accepted=0)
 
     _grid_without_servers(monkeypatch, fake_run_point, fake_questions)
-    grid = load_bench.LoadGrid(slopes=[0.0], concurrency=[concurrency], depths=["ar"], engines=["sync"],
-                               **({} if min_requests is None else {"min_requests": min_requests}))
+    grid = load_bench.LoadGrid(slopes=[0.0], concurrency=[concurrency], depths=["ar"], engines=["sync"], **floor)
     load_bench.run_load_grid(grid, load_bench.LatencyModel())
     assert asked == [expected]
 
