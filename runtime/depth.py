@@ -89,14 +89,17 @@ The rates measure what a drafting round costs its own run, not what it costs the
 on one client the runs share its CPU: every request costs the client work (HTTP, JSON, the SGLang
 frontend), a drafted token 4 to 17 times an AR token's in a stretch, and once the client's Python
 threads hold the interpreter most of the time, every request waits for the others. So the slots widen
-only while the client process uses under `CLIENT_CORES_TO_WIDEN` of a core, and halve at each timed
-drafting round while it uses over `CLIENT_CORES_TO_NARROW` (client_cpu.py, over the last second): one
+only while the client process uses under `CLIENT_CORES_TO_WIDEN` of a core, and halve (once per
+change: see `_ration`) while it uses over `CLIENT_CORES_TO_NARROW` (client_cpu.py, over the last second): one
 core is what the interpreter lock lets Python threads use, whatever the machine has. At slope 0 × 64 on
 2 cores, drafting rounds read 1.3–1.9× as fast as AR rounds while every run slowed (fixed γ = 1–4 kept
 the client at 0.9 cores and ran at half AR's tokens/s; AR at 0.12 cores): the slots widened to 16–60
 and the point ran at 0.77–0.85× AR's tokens/s; with the meter, 0.92–0.95. The margins sit near the one
 core because busy is not yet harmful: at 16 runs, where every run drafting gains 1.3–1.6× p50, the
 client used 0.55–0.70 cores (async; sync 0.3), and limits of 0.5 and 0.75 held that point at 1.05×.
+Later in a wave there it reaches 0.85–0.9 cores while drafting still gains 1.3–1.5×: limits of 0.7 and
+0.85 ran it at 1.28× AR where fixed γ = 4 ran at 1.55× (10 repeats side by side); 0.8 and 0.9, at 1.53×,
+with slope 0 × 64 still at 0.97× (async) and 0.99× (sync) AR.
 
 While drafting wins, an AR round now and then (an AR check, spaced like the probes)
 keeps the target's time alone measured: with every round at one γ, the slope would not
@@ -170,8 +173,8 @@ STALE_WEIGHT = 0.5  # ...where what it held counts at most this share of that ro
 ALPHA_SLOW_FORGET = 0.99  # per round of each run: α̂'s long memory, kept while recent rounds agree with it
 ALPHA_SHIFT_Z = 3.0  # recent rounds this many standard errors away from it: acceptance changed, the memory restarts
 GAIN_TO_WIDEN = 1.06  # drafting rounds measured at least this fast against AR rounds: twice the runs may draft at once
-CLIENT_CORES_TO_WIDEN = 0.7  # the client's CPU (cores) under which the drafting slots may widen...
-CLIENT_CORES_TO_NARROW = 0.85  # ...and over which they halve: its interpreter lock runs about one core
+CLIENT_CORES_TO_WIDEN = 0.8  # the client's CPU (cores) under which the drafting slots may widen...
+CLIENT_CORES_TO_NARROW = 0.9  # ...and over which they halve: its interpreter lock runs about one core
 
 
 def _spacing(loss: float) -> int:
@@ -364,6 +367,7 @@ class AdaptiveDepth:
         self.active_runs = 0  # runs in flight that share this policy (`lookahead serve`)
         self.draft_slots = 1  # how many of those may be in a drafting round at once (rationing, see the docstring)
         self._slots_filled = math.inf  # time.perf_counter() when every drafting slot was taken since they changed
+        self._slots_changed = -math.inf  # time.perf_counter() when they last changed
         self._drafting: set[int] = set()  # the threads of the runs whose round in flight drafts
         self.client_cpu = client_cpu  # how busy the client process is (None: not watched)
         self._probe_claim: int | None = None  # the thread of the run whose first round put off a due probe
@@ -755,9 +759,12 @@ class AdaptiveDepth:
         as many once they lose; called under the lock. Only a round that began after every slot was taken
         widens them again: rounds measured among fewer drafting runs say little of more (they get more than
         their share of the client). At slope 0 × 16 async the slots went from 1 to 8 within three rounds of
-        one run drafting alone, and then 8 runs drafting γ = 5 at once ran the point at 0.80× AR."""
+        one run drafting alone, and then 8 runs drafting γ = 5 at once ran the point at 0.80× AR. Likewise only
+        a round that began after the last change narrows them: the rounds in flight end together, and each
+        used to halve them, so that one reading of a busy client took 16 slots to 1 within 0.1 s (slope 0 ×
+        16 async, 4 of 8 repeats, each then read 1.00–1.16× AR where fixed γ = 4 read 1.5×)."""
         gain = self.measured_gain()
-        if gain is None:
+        if gain is None or started < self._slots_changed:
             return
         slots = self.draft_slots
         cores = self._client_cores()
@@ -767,6 +774,7 @@ class AdaptiveDepth:
             self.draft_slots = max(slots, min(2 * slots, self._concurrency()))  # up to the runs in flight now
         if self.draft_slots != slots:
             self._slots_filled = math.inf  # until the new number of runs draft at once
+            self._slots_changed = time.perf_counter()
 
     def _client_cores(self) -> float | None:
         """The client process's CPU over the last second, in cores (None: not watched, or not known yet)."""

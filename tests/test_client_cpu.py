@@ -118,6 +118,29 @@ def test_a_client_out_of_cpu_halves_the_drafting_slots_whatever_the_rates_say():
         assert _draft_rounds(policy, observe, ask, 2) == [2, 4]
 
 
+def test_rounds_begun_before_the_slots_changed_do_not_change_them_again():
+    """Every run drafts and the client runs out of CPU: the rounds in flight end one after another, and the
+    first halves the slots; the others began before that and leave them (each used to halve them: one busy
+    reading took 16 slots to 1 within 0.1 s at slope 0 × 16 async, and the point ran at 1.0× AR where fixed
+    γ = 4 ran at 1.5×). The next round begun after the change halves them again."""
+    load = {"now": 0.1}
+    policy, observe = _policy_with_meter(16, load)
+    with _runs_in_threads(policy, 16) as ask:
+        [ask(i) for i in range(16)]
+        for _ in range(2):
+            observe(_timed(0, T))
+        assert _draft_rounds(policy, observe, ask, 5)[-1] == 16
+        load["now"] = 0.95
+        for _ in range(int(WINDOW_S / 0.1)):
+            observe(_timed(0, T))
+        in_flight = [_timed(3, T / 2) for _ in range(16)]  # begun before any of them ends
+        for record in in_flight:
+            observe(record)
+        assert policy.draft_slots == 8
+        observe(_timed(3, T / 2))
+        assert policy.draft_slots == 4
+
+
 def test_policies_from_a_config_watch_the_client_and_scripted_ones_do_not():
     from lookahead_reasoning.runtime.config import LookaheadConfig
     from lookahead_reasoning.runtime.depth import AdaptiveDepth, make_depth_policy
