@@ -1,6 +1,7 @@
 """The client's CPU meter, and the drafting slots it holds back when the client runs short of CPU."""
 
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -98,9 +99,10 @@ def test_a_busy_client_holds_the_drafting_slots_where_they_are(cores, slots):
         assert _draft_rounds(policy, observe, ask, 6) == slots
 
 
-def test_a_client_out_of_cpu_halves_the_drafting_slots_whatever_the_rates_say():
-    """Every run drafts, the rounds still read twice as fast as AR's, and the client runs out of CPU: each
-    drafting round halves the slots, down to one; with CPU to spare again, they widen again."""
+@contextmanager
+def _every_run_drafting_on_a_client_out_of_cpu():
+    """16 runs, every one drafting (the slots widened with CPU to spare), and then the client's meter reads
+    0.95 of a core: yields (policy, observe, ask, load), where `load["now"]` sets the client's CPU."""
     load = {"now": 0.1}
     policy, observe = _policy_with_meter(16, load)
     with _runs_in_threads(policy, 16) as ask:
@@ -111,6 +113,13 @@ def test_a_client_out_of_cpu_halves_the_drafting_slots_whatever_the_rates_say():
         load["now"] = 0.95
         for _ in range(int(WINDOW_S / 0.1)):  # the meter reads the new load within a window
             observe(_timed(0, T))
+        yield policy, observe, ask, load
+
+
+def test_a_client_out_of_cpu_halves_the_drafting_slots_whatever_the_rates_say():
+    """Every run drafts, the rounds still read twice as fast as AR's, and the client runs out of CPU: each
+    drafting round halves the slots, down to one; with CPU to spare again, they widen again."""
+    with _every_run_drafting_on_a_client_out_of_cpu() as (policy, observe, ask, load):
         assert _draft_rounds(policy, observe, ask, 5) == [8, 4, 2, 1, 1]
         load["now"] = 0.1
         for _ in range(int(WINDOW_S / 0.1)):
@@ -123,16 +132,7 @@ def test_rounds_begun_before_the_slots_changed_do_not_change_them_again():
     first halves the slots; the others began before that and leave them (each used to halve them: one busy
     reading took 16 slots to 1 within 0.1 s at slope 0 × 16 async, and the point ran at 1.0× AR where fixed
     γ = 4 ran at 1.5×). The next round begun after the change halves them again."""
-    load = {"now": 0.1}
-    policy, observe = _policy_with_meter(16, load)
-    with _runs_in_threads(policy, 16) as ask:
-        [ask(i) for i in range(16)]
-        for _ in range(2):
-            observe(_timed(0, T))
-        assert _draft_rounds(policy, observe, ask, 5)[-1] == 16
-        load["now"] = 0.95
-        for _ in range(int(WINDOW_S / 0.1)):
-            observe(_timed(0, T))
+    with _every_run_drafting_on_a_client_out_of_cpu() as (policy, observe, ask, _):
         in_flight = [_timed(3, T / 2) for _ in range(16)]  # begun before any of them ends
         for record in in_flight:
             observe(record)
