@@ -98,7 +98,7 @@ and the point ran at 0.77–0.85× AR's tokens/s; with the meter, 0.92–0.95. T
 core because busy is not yet harmful: at 16 runs, where every run drafting gains 1.3–1.6× p50, the
 client used 0.55–0.70 cores (async; sync 0.3), and limits of 0.5 and 0.75 held that point at 1.05×.
 Later in a wave there it reaches 0.85–0.9 cores while drafting still gains 1.3–1.5×: limits of 0.7 and
-0.85 ran it at 1.28× AR where fixed γ = 4 ran at 1.55× (10 repeats side by side); 0.8 and 0.9, at 1.53×,
+0.85 ran it at 1.28× AR where fixed γ = 4 ran at 1.55×, and 0.8 and 0.9 at 1.53× (two sets of 10 repeats),
 with slope 0 × 64 still at 0.97× (async) and 0.99× (sync) AR. (That point still swings: docs/figures.md,
 session 26.)
 
