@@ -14,7 +14,8 @@ batch costs one request), u ≈ t₁ on a CPU or a saturated GPU. Every timed ta
 the runs send is an observation (a = its fork's width plus what the other runs sharing
 this model have in flight), and o, t₁ and u are fitted, each ≥ 0, by forgetting least
 squares per token: of T/L on (1, 1/L, a − 1), within the bounds (s ≤ MAX_SLOPE) and, where the
-recent loads barely vary, with the time alone from a slower fit (`_least_squares`). Without o, short
+recent loads barely vary, with the time alone from a slower fit (`_least_squares`); a request far from what
+the fit predicts counts less (a stall of the server is not a slope: `_inlier_weight`). Without o, short
 steps would look slower per token than long ones, and that noise would swamp u; o is fitted only where
 requests' lengths vary enough, apart from what their loads explain, to tell it from t₁ and u. Where
 the server reports its own time for a request (SGLang's `e2e_latency`), that is what is fitted, and the
@@ -64,6 +65,15 @@ MIN_LOAD_SPREAD = 0.05  # requests' loads vary at least this much, std / mean of
 MAX_SLOPE_ERROR = 0.1  # the slope's standard error (in s) under which a fit over barely varying loads is trusted
 MOMENTS = ("1*i", "1*x", "i*i", "i*x", "x*x", "1*y", "i*y", "x*y", "y*y")  # of y = T/L on (1, i = 1/L, x); 1*1 is 1
 KEEP_SERVER_SETS = 20  # server sets whose costs the cache file keeps
+# outliers' weights (see `_inlier_weight`): a request whose time per token lies more than INLIER_SCALES times the
+# typical residual from the fit counts (that / its residual)² as much; the typical residual is at least
+# RESIDUAL_FLOOR of the prediction, forgets RESIDUAL_FORGET per round of each run (faster than the fit, so that a
+# change that lasts soon becomes typical), and each residual moves it by at most RESIDUAL_CLIP times itself
+INLIER_SCALES = 2.0
+RESIDUAL_FLOOR = 0.05
+RESIDUAL_FORGET = 0.5
+RESIDUAL_CLIP = 3.0
+FIT_BEFORE_WEIGHTS = 10  # observations before the fit weighs them
 
 
 class CostEstimate(BaseModel):
@@ -107,10 +117,10 @@ class _Average:
     def restore(self, state: list[float]) -> None:
         self.weight, self.total = float(state[0]), float(state[1])
 
-    def add(self, value: float, forget: float) -> None:
-        """`value`, discounting what came before by `forget`."""
-        self.weight = forget * self.weight + 1.0
-        self.total = forget * self.total + value
+    def add(self, value: float, forget: float, weight: float = 1.0) -> None:
+        """`value`, counting `weight` times, discounting what came before by `forget`."""
+        self.weight = forget * self.weight + weight
+        self.total = forget * self.total + weight * value
 
     @property
     def value(self) -> float | None:
@@ -126,6 +136,7 @@ class CostModel:
         self._moments = {name: _Average() for name in MOMENTS}
         self._slow_moments = {name: _Average() for name in MOMENTS}  # the same, forgetting at SLOW_FORGET
         self._alone = _Average()  # seconds per token of requests with nothing else in flight (x = 0)
+        self._residual = _Average()  # the typical |residual| of a request's seconds per token from the fit (Huber)
         self._client = _Average()  # a target request's seconds in the client beyond the server's own time
         self._server_timed = _Average()  # the share of target requests timed by the server, forgetting slowly
         self._draft = _Average()
@@ -136,7 +147,7 @@ class CostModel:
 
     def _averages(self) -> dict[str, _Average]:
         return {**self._moments, **{f"slow {name}": avg for name, avg in self._slow_moments.items()},
-                "alone": self._alone, "client": self._client, "server timed": self._server_timed,
+                "alone": self._alone, "residual": self._residual, "client": self._client, "server timed": self._server_timed,
                 "draft": self._draft, "judge": self._judge, "step_tokens": self._step_tokens}
 
     def state(self) -> dict:
@@ -176,13 +187,14 @@ class CostModel:
         r = {"1": 1.0, "i": 1.0 / tokens, "x": x, "y": (timed or seconds) / tokens}
         forget, slow = per_run(self.forget, runs), per_run(SLOW_FORGET, runs)
         with self._lock:
+            weight = self._inlier_weight(x, tokens, r["y"], timed is not None, per_run(RESIDUAL_FORGET, runs))
             if timed is not None:
                 self._client.add(max(0.0, seconds - timed), forget)
             self._server_timed.add(float(timed is not None), slow)
             for name in MOMENTS:
                 a, b = name.split("*")
-                self._moments[name].add(r[a] * r[b], forget)
-                self._slow_moments[name].add(r[a] * r[b], slow)
+                self._moments[name].add(r[a] * r[b], forget, weight)
+                self._slow_moments[name].add(r[a] * r[b], slow, weight)
             if x == 0:
                 self._alone.add(r["y"], forget)
             self._fitted = None
@@ -199,6 +211,29 @@ class CostModel:
         if pairs > 0 and seconds > 0:
             with self._lock:
                 self._judge.add(seconds / self._branch_cost(pairs, 1), per_run(self.forget, runs))
+
+    def _inlier_weight(self, x: float, tokens: float, y: float, server_timed: bool, forget: float) -> float:
+        """The weight of a request's time per token `y` in the fit: 1 within INLIER_SCALES typical residuals of
+        what the fit predicts at its load, (that limit / its residual)² beyond; and its residual moves the typical
+        one. A stall, the server held up for a moment, slows every request in flight at once, and more of them
+        are in flight than usual (they pile up), so at full weight it reads as a slope: in `bench --load` at
+        slope 0 × 16 async, one 0.15 s stall (requests beside 40 to 50 others at 2.5 times their time per token,
+        the rest beside 25 to 35 at theirs) priced B(2) at 1.77 and turned the 16 drafting runs to AR, and in
+        another run the slower tail of a busy machine's requests held B(2) at 1.13 for most of the run (replayed
+        with these weights: 1.08 and 1.07). A change that lasts is followed all the same, a round or two of each
+        run later: each residual moves the typical one by up to RESIDUAL_CLIP times it."""
+        if self.observations < FIT_BEFORE_WEIGHTS:
+            return 1.0
+        t1, per_request, overhead = self._fit()
+        if t1 is None:
+            return 1.0
+        client = (self._client.value or 0.0) if server_timed else 0.0  # the fit's o holds the client's share
+        predicted = t1 + max(0.0, overhead - client) / tokens + (per_request or 0.0) * x
+        residual = abs(y - predicted)
+        typical = max(self._residual.value or 0.0, RESIDUAL_FLOOR * predicted)
+        self._residual.add(min(residual, RESIDUAL_CLIP * typical), forget)
+        limit = INLIER_SCALES * typical
+        return 1.0 if residual <= limit else (limit / residual) ** 2
 
     # -- estimates ------------------------------------------------------------------
     def _fit(self) -> tuple[float | None, float | None, float]:
