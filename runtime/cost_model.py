@@ -220,7 +220,7 @@ class CostModel:
         slope 0 × 16 async, one 0.15 s stall (requests beside 40 to 50 others at 2.5 times their time per token,
         the rest beside 25 to 35 at theirs) priced B(2) at 1.77 and turned the 16 drafting runs to AR, and in
         another run the slower tail of a busy machine's requests held B(2) at 1.13 for most of the run (replayed
-        with these weights: 1.08 and 1.07). A change that lasts is followed all the same, a round or two of each
+        with these weights: 1.05 and 1.04). A change that lasts is followed all the same, a round or two of each
         run later: each residual moves the typical one by up to RESIDUAL_CLIP times it."""
         if self.observations < FIT_BEFORE_WEIGHTS:
             return 1.0
