@@ -147,8 +147,9 @@ class CostModel:
 
     def _averages(self) -> dict[str, _Average]:
         return {**self._moments, **{f"slow {name}": avg for name, avg in self._slow_moments.items()},
-                "alone": self._alone, "residual": self._residual, "client": self._client, "server timed": self._server_timed,
-                "draft": self._draft, "judge": self._judge, "step_tokens": self._step_tokens}
+                "alone": self._alone, "residual": self._residual, "client": self._client,
+                "server timed": self._server_timed, "draft": self._draft, "judge": self._judge,
+                "step_tokens": self._step_tokens}
 
     def state(self) -> dict:
         """What the model has learned, as plain data (see `restore`)."""
