@@ -136,7 +136,7 @@ class CostModel:
         self._moments = {name: _Average() for name in MOMENTS}
         self._slow_moments = {name: _Average() for name in MOMENTS}  # the same, forgetting at SLOW_FORGET
         self._alone = _Average()  # seconds per token of requests with nothing else in flight (x = 0)
-        self._residual = _Average()  # the typical |residual| of a request's seconds per token from the fit (Huber)
+        self._residual = _Average()  # the typical |residual| of a request's seconds per token from the fit
         self._client = _Average()  # a target request's seconds in the client beyond the server's own time
         self._server_timed = _Average()  # the share of target requests timed by the server, forgetting slowly
         self._draft = _Average()
@@ -218,7 +218,7 @@ class CostModel:
         what the fit predicts at its load, (that limit / its residual)² beyond; and its residual moves the typical
         one. A stall, the server held up for a moment, slows every request in flight at once, and more of them
         are in flight than usual (they pile up), so at full weight it reads as a slope: in `bench --load` at
-        slope 0 × 16 async, one 0.15 s stall (requests beside 40 to 50 others at 2.5 times their time per token,
+        slope 0 × 16 async, one 0.15 s stall (requests beside 38 to 53 others at 2.5 times their time per token,
         the rest beside 25 to 35 at theirs) priced B(2) at 1.77 and turned the 16 drafting runs to AR, and in
         another run the slower tail of a busy machine's requests held B(2) at 1.13 for most of the run (replayed
         with these weights: 1.05 and 1.04). A change that lasts is followed all the same, a round or two of each
