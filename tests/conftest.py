@@ -5,7 +5,9 @@ stopped at the end, also when tests fail. `sim_servers` starts simulated ones in
 (eval/simserver.py), in threads of the test process.
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +19,9 @@ from cpu_servers import cpu_servers
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # a user's saved verifier calibrations must not change what the tests see
-os.environ["LOOKAHEAD_CALIBRATION"] = os.path.join(tempfile.mkdtemp(prefix="lookahead-tests-"), "calibration.json")
+_CALIBRATION_DIR = tempfile.mkdtemp(prefix="lookahead-tests-")
+atexit.register(shutil.rmtree, _CALIBRATION_DIR, ignore_errors=True)
+os.environ["LOOKAHEAD_CALIBRATION"] = os.path.join(_CALIBRATION_DIR, "calibration.json")
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
