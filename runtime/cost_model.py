@@ -143,6 +143,7 @@ class CostModel:
         self._judge = _Average()  # seconds per round / B(pairs)
         self._step_tokens = _Average()
         self.observations = 0
+        self.version = 0  # counts every change of what the model knows: what a plan derived from it holds till
         self._fitted: tuple[float | None, float | None, float] | None = None  # `_fit`, until a target observation
 
     def _averages(self) -> dict[str, _Average]:
@@ -168,6 +169,7 @@ class CostModel:
                 avg.restore(parsed[name])
             self.observations = observations
             self._fitted = None
+            self.version += 1
 
     # -- observations ---------------------------------------------------------------
     def observe_target(
@@ -202,16 +204,19 @@ class CostModel:
             if steps == 1:
                 self._step_tokens.add(longest_tokens, forget)
             self.observations += 1
+            self.version += 1
 
     def observe_draft(self, seconds: float, tokens: int, runs: float = 1.0) -> None:
         if seconds > 0 and tokens > 0:
             with self._lock:
                 self._draft.add(seconds / tokens, per_run(self.forget, runs))
+                self.version += 1
 
     def observe_judge(self, pairs: int, seconds: float, runs: float = 1.0) -> None:
         if pairs > 0 and seconds > 0:
             with self._lock:
                 self._judge.add(seconds / self._branch_cost(pairs, 1), per_run(self.forget, runs))
+                self.version += 1
 
     def _inlier_weight(self, x: float, tokens: float, y: float, server_timed: bool, forget: float) -> float:
         """The weight of a request's time per token `y` in the fit: 1 within INLIER_SCALES typical residuals of
@@ -487,6 +492,13 @@ class CostModel:
         with self._lock:
             j = self._j(concurrency)
             return 0.0 if j is None else j * self._branch_cost(pairs, concurrency)
+
+    def step_figures(self) -> tuple[float | None, float | None, float | None]:
+        """(tokens of a step, the target's seconds per token alone, a request's fixed seconds) as `estimate` gives
+        them, without building one: the policy asks for them as it plans each round."""
+        with self._lock:
+            t1, _, overhead = self._fit()
+            return self._step_tokens.value, t1, overhead if t1 is not None else None
 
     def estimate(self, concurrency: float = 1.0) -> CostEstimate:
         with self._lock:

@@ -373,6 +373,7 @@ class AdaptiveDepth:
         self.client_cpu = client_cpu  # how busy the client process is (None: not watched)
         self._probe_claim: int | None = None  # the thread of the run whose first round put off a due probe
         self.target_load = TargetLoad()  # the target requests in flight across those runs
+        self._ceiling_kept: tuple[tuple[int, int] | None, float] = (None, 0.0)  # (costs.version, runs), _ceiling()
         # draft once (γ = 1) even when the branches alone rule lookahead out, to measure c, j and α for a
         # report (`lookahead demo`); runs that only want the answer fast leave this off
         self.measure_drafting = False
@@ -447,8 +448,13 @@ class AdaptiveDepth:
 
     def _ceiling(self) -> float:
         """The speedup drafting would give if every draft were accepted, free and judged for free:
-        when even that is within CEILING_MARGIN of 1, the branches alone make lookahead lose, whatever the draft."""
-        return self._best(1, 0.999, 1e-3, 0.0)[1]  # a chain: with every draft accepted, more width only costs
+        when even that is within CEILING_MARGIN of 1, the branches alone make lookahead lose, whatever the draft.
+        It depends on the costs and the runs in flight alone, and a round's plan asks for it up to three times:
+        kept until either changes."""
+        key = (self.costs.version, self._concurrency())
+        if self._ceiling_kept[0] != key:  # a chain: with every draft accepted, more width only costs
+            self._ceiling_kept = (key, self._best(1, 0.999, 1e-3, 0.0)[1])
+        return self._ceiling_kept[1]
 
     def _best_by_width(self, optimistic: bool = False) -> dict[int, tuple[int, float]]:
         """(γ, expected speedup) at each width the policy may choose (empty until it can plan); `optimistic`:
@@ -654,7 +660,7 @@ class AdaptiveDepth:
         return RoundPlan(0, stretch_tokens=self._stretch(seconds_left, rationed)[1])
 
     def _probe_tokens(self) -> int:
-        step_tokens = self.costs.estimate().step_tokens or PROBE_MIN_TOKENS / PROBE_SHARE
+        step_tokens = self.costs.step_figures()[0] or PROBE_MIN_TOKENS / PROBE_SHARE
         return max(PROBE_MIN_TOKENS, math.ceil(PROBE_SHARE * step_tokens))
 
     def _stretch(self, seconds_left: float | None, rationed: bool = False) -> tuple[int, int]:
@@ -663,19 +669,19 @@ class AdaptiveDepth:
         exceed STRETCH_OVERHEAD of the stretch (a client short of CPU under many runs: o ≈ a step's time).
         `rationed`: a run the drafting slots left out, which asks again soon: the fewest steps that keep o
         within RATIONED_OVERHEAD (a lone step where o is small)."""
-        estimate = self.costs.estimate()
-        if not (estimate.step_tokens and estimate.target_s_per_token):
+        step_tokens, s_per_token, overhead = self.costs.step_figures()
+        if not (step_tokens and s_per_token):
             return 1, 0
-        step_s = estimate.step_tokens * estimate.target_s_per_token
-        overhead = estimate.request_overhead_s or 0.0
+        step_s = step_tokens * s_per_token
+        overhead = overhead or 0.0
         share, least = (RATIONED_OVERHEAD, 1) if rationed else (STRETCH_OVERHEAD, AR_STRETCH_STEPS)
         most = max(least, math.ceil(overhead * (1.0 - share) / (share * step_s)))
         steps = min(most, max(1, math.floor(AR_STRETCH_SECONDS / step_s + 1e-6)))
         if steps == 1:
             return 1, 0
-        tokens = steps * max(1, round(estimate.step_tokens))
+        tokens = steps * max(1, round(step_tokens))
         if seconds_left is not None:
-            tokens = max(1, min(tokens, int(seconds_left / estimate.target_s_per_token)))
+            tokens = max(1, min(tokens, int(seconds_left / s_per_token)))
         return steps, tokens
 
     def observe(self, record: RoundRecord) -> None:
