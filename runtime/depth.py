@@ -100,7 +100,8 @@ client used 0.55–0.70 cores (async; sync 0.3), and limits of 0.5 and 0.75 held
 Later in a wave there it reaches 0.85–0.9 cores while drafting still gains 1.3–1.5×: limits of 0.7 and
 0.85 ran it at 1.28× AR where fixed γ = 4 ran at 1.55×, and 0.8 and 0.9 at 1.53× (two sets of 10 repeats),
 with slope 0 × 64 still at 0.97× (async) and 0.99× (sync) AR. (That point still swings: docs/figures.md,
-session 26.)
+session 26. Judging each widening by the whole set's rate, by the CPU the wider slots would use, or only once a
+round of every drafting run has ended each read worse at 16 or 64 runs side by side: session 28.)
 
 While drafting wins, an AR round now and then (an AR check, spaced like the probes)
 keeps the target's time alone measured: with every round at one γ, the slope would not
