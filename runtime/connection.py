@@ -6,6 +6,7 @@ from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
 from lookahead_reasoning.programs.roles import SGLangStepModels
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.endpoints import ROLES, Endpoint, Endpoints
+from lookahead_reasoning.runtime.heap import freeze_startup_objects
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.verifiers.base import Verifier
 from lookahead_reasoning.verifiers.registry import make_verifier
@@ -54,6 +55,7 @@ class Connection:
             self.backends[role] = backends[key]
         self.models = self.step_models(config)
         self.verifier = self.verifier_for(config)
+        freeze_startup_objects()  # heap.py: full collections no longer walk SGLang's and torch's objects
 
     def seeded(self, seed: int | None) -> Backends:
         """role -> a view of its backend that sends `seed` (as SGLang's sampling_seed when sampling),

@@ -1,0 +1,15 @@
+"""The objects that exist once the servers are connected leave the collector's full passes (heap.py)."""
+
+import gc
+
+from lookahead_reasoning.runtime.heap import freeze_startup_objects
+
+
+def test_the_startup_objects_are_frozen_once_per_process():
+    freeze_startup_objects()
+    frozen = gc.get_freeze_count()
+    assert frozen > 1000  # the imports' objects: a full collection no longer walks them
+    later = [[index] for index in range(1000)]  # what is allocated afterwards stays collectable
+    freeze_startup_objects()
+    assert gc.get_freeze_count() == frozen  # once per process: `later` was not frozen
+    assert gc.is_tracked(later)
