@@ -101,7 +101,8 @@ Later in a wave there it reaches 0.85–0.9 cores while drafting still gains 1.3
 0.85 ran it at 1.28× AR where fixed γ = 4 ran at 1.55×, and 0.8 and 0.9 at 1.53× (two sets of 10 repeats),
 with slope 0 × 64 still at 0.97× (async) and 0.99× (sync) AR. (That point still swings: docs/figures.md,
 session 26. Judging each widening by the whole set's rate, by the CPU the wider slots would use, or only once a
-round of every drafting run has ended each read worse at 16 or 64 runs side by side: session 28.)
+round of every drafting run has ended each read worse at 16 or 64 runs side by side, measured while the client
+still paused 0.3 s for full garbage collections, which much of the swing was: session 28, heap.py.)
 
 While drafting wins, an AR round now and then (an AR check, spaced like the probes)
 keeps the target's time alone measured: with every round at one γ, the slope would not
