@@ -497,23 +497,26 @@ class CostModel:
         """(tokens of a step, the target's seconds per token alone, a request's fixed seconds) as `estimate` gives
         them, without building one: the policy asks for them as it plans each round."""
         with self._lock:
-            t1, _, overhead = self._fit()
-            return self._step_tokens.value, t1, overhead if t1 is not None else None
+            return self._step_figures()
+
+    def _step_figures(self) -> tuple[float | None, float | None, float | None]:
+        t1, _, overhead = self._fit()
+        return self._step_tokens.value, t1, overhead if t1 is not None else None
 
     def estimate(self, concurrency: float = 1.0) -> CostEstimate:
         with self._lock:
-            t1, _, overhead = self._fit()
+            step_tokens, t1, overhead = self._step_figures()
             slope = self._slope()
             return CostEstimate(
                 target_s_per_token=t1,
-                request_overhead_s=overhead if t1 is not None else None,
+                request_overhead_s=overhead,
                 branch_cost={n: round(self._branch_cost(n, concurrency), 3) for n in (2, 3, 5)}
                 if slope is not None else {},
                 branch_slope=slope,
                 c=self._c(concurrency),
                 judge_s_per_round=self._judge.value,
                 j=self._j(concurrency),
-                step_tokens=self._step_tokens.value,
+                step_tokens=step_tokens,
                 observations=self.observations,
                 concurrency=concurrency,
             )

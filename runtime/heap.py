@@ -11,20 +11,12 @@ before.
 
 from __future__ import annotations
 
+import functools
 import gc
-import threading
-
-_lock = threading.Lock()
-_frozen = False
 
 
+@functools.cache  # once per process: later calls return at once
 def freeze_startup_objects() -> None:
-    """Collect what is garbage now, then leave everything that remains to the permanent generation; once
-    per process (later calls do nothing)."""
-    global _frozen
-    with _lock:
-        if _frozen:
-            return
-        gc.collect()
-        gc.freeze()
-        _frozen = True
+    """Collect what is garbage now, then leave everything that remains to the permanent generation."""
+    gc.collect()
+    gc.freeze()
