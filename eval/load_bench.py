@@ -28,7 +28,11 @@ times, so a method can bring the median request in ahead of AR's while the last 
 burst of 16 at slope 0.1 × 16 sync, fixed γ = 2: p50 1.07× AR, tokens/s 0.86× AR).
 With `repeats` > 1 every method of a point runs that many times, AR first each time (side by
 side, so that each ratio compares runs a few seconds apart on a noisy machine), and each
-figure is the median over the repeats, each ratio the median of the per-repeat ratios.
+figure is the median over the repeats, each ratio the median of the per-repeat ratios. The methods
+after AR take turns: each repeat starts them at another place in their list (`_repeat_order`), so that
+no method is always the one measured last. Where a method runs in its repeat matters on this machine:
+two identical fixed γ = 4 variants, second and fifth after AR, read 1.68× and 1.76× AR over ten repeats
+(slope 0 × 16 async), and a fixed order put the same variant in the same place every time.
 """
 
 from __future__ import annotations
@@ -173,8 +177,9 @@ def run_load_grid(grid: LoadGrid, latency: LatencyModel,
                 methods = [("-", "ar")] + [(engine, depth) for engine in grid.engines
                                            for depth in grid.depths if depth != "ar"]
                 runs: dict[tuple[str, Depth], list[_Measured]] = {method: [] for method in methods}
+                first = len(points)
                 for repeat in range(grid.repeats):
-                    for engine, depth in methods:  # AR first: the reference of this repeat's speedups
+                    for engine, depth in _repeat_order(methods, repeat, grid.repeats):
                         try:
                             measured = _run_point(cluster, depth, grid.engines[0] if depth == "ar" else engine,
                                                   problems, concurrency, latency)  # AR: any engine, it runs none
@@ -188,7 +193,17 @@ def run_load_grid(grid: LoadGrid, latency: LatencyModel,
                             points.append(point)
                             if progress is not None:
                                 progress(point)
+                # reported in the methods' order, whichever ran last
+                points[first:] = sorted(points[first:], key=lambda p: methods.index((p.engine, p.depth)))
     return points
+
+
+def _repeat_order(methods: list, repeat: int, repeats: int) -> list:
+    """AR (`methods[0]`) first, the reference of the repeat's speedups; the others rotated so that over the
+    repeats each starts at evenly spread places in their turn."""
+    ar, others = methods[:1], methods[1:]
+    shift = repeat * len(others) // repeats if others else 0
+    return ar + others[shift:] + others[:shift]
 
 
 def _summary(slope: float, concurrency: int, engine: str, depth: Depth, runs: list[_Measured],

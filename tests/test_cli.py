@@ -322,6 +322,26 @@ def test_bench_load_repeats_report_medians_of_side_by_side_runs(monkeypatch):
     assert seen == points
 
 
+def test_bench_load_methods_take_turns_after_ar(monkeypatch):
+    """Every repeat starts with AR; the methods after it start at evenly spread places of their list, so
+    that none is always measured last; the points come out in the methods' order."""
+    from lookahead_reasoning.eval import load_bench
+
+    calls = []
+
+    def fake_run_point(cluster, depth, engine, problems, concurrency, latency):
+        calls.append(depth)
+        return load_bench._Measured(wall=1.0, latencies=[1.0], tokens=1, judged=0, accepted=0)
+
+    _grid_without_servers(monkeypatch, fake_run_point, lambda latency: ["q"])
+    grid = load_bench.LoadGrid(slopes=[0.0], concurrency=[1], depths=["ar", 1, 2, 4], engines=["sync"], repeats=3)
+    seen = []
+    points = load_bench.run_load_grid(grid, load_bench.LatencyModel(), progress=seen.append)
+    assert calls == ["ar", 1, 2, 4, "ar", 2, 4, 1, "ar", 4, 1, 2]
+    assert [p.depth for p in seen] == ["ar", 4, 1, 2]  # as each method's last run ended
+    assert [p.depth for p in points] == ["ar", 1, 2, 4]
+
+
 @pytest.mark.parametrize("concurrency, floor, expected", [
     (1, {}, 32), (4, {}, 32), (16, {}, 48),  # the default floor
     (64, {"min_requests": 16}, 192), (1, {"min_requests": 16}, 16), (16, {"min_requests": 60}, 60)])
