@@ -177,7 +177,7 @@ def run_load_grid(grid: LoadGrid, latency: LatencyModel,
                 methods = [("-", "ar")] + [(engine, depth) for engine in grid.engines
                                            for depth in grid.depths if depth != "ar"]
                 runs: dict[tuple[str, Depth], list[_Measured]] = {method: [] for method in methods}
-                first = len(points)
+                finished: dict[tuple[str, Depth], LoadPoint] = {}
                 for repeat in range(grid.repeats):
                     for engine, depth in _repeat_order(methods, repeat, grid.repeats):
                         try:
@@ -190,11 +190,10 @@ def run_load_grid(grid: LoadGrid, latency: LatencyModel,
                         if repeat == grid.repeats - 1:  # the method's last run: its point is final
                             point = _summary(slope, concurrency, engine, depth, runs[(engine, depth)],
                                              runs[("-", "ar")])
-                            points.append(point)
+                            finished[(engine, depth)] = point
                             if progress is not None:
                                 progress(point)
-                # reported in the methods' order, whichever ran last
-                points[first:] = sorted(points[first:], key=lambda p: methods.index((p.engine, p.depth)))
+                points.extend(finished[method] for method in methods)  # in the methods' order, whichever ran last
     return points
 
 
@@ -202,7 +201,7 @@ def _repeat_order(methods: list, repeat: int, repeats: int) -> list:
     """AR (`methods[0]`) first, the reference of the repeat's speedups; the others rotated so that over the
     repeats each starts at evenly spread places in their turn."""
     ar, others = methods[:1], methods[1:]
-    shift = repeat * len(others) // repeats if others else 0
+    shift = repeat * len(others) // repeats
     return ar + others[shift:] + others[:shift]
 
 

@@ -10,6 +10,7 @@ def test_the_startup_objects_are_frozen_once_per_process():
     freeze_startup_objects()
     frozen = gc.get_freeze_count()
     assert frozen > 1000  # the imports' objects: a full collection no longer walks them
+
     class Node:
         pass
 
