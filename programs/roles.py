@@ -65,6 +65,7 @@ class SGLangStepModels:
             max_step_tokens=max_step_tokens or self.max_step_tokens,
             sampling=self.draft_sampling,
             backend=self.draft_backend,
+            use_thread=False,  # in this thread: a worker thread per run, and a hand-off per expression, cost more
         )
         return state.get_var("steps")
 
@@ -87,7 +88,8 @@ class SGLangStepModels:
 
     def generate(self, prefix: str, max_tokens: int) -> StepOutput:
         state = free_generation.run(
-            prefix=prefix, max_tokens=max_tokens, sampling=self.target_sampling, backend=self.target_backend
+            prefix=prefix, max_tokens=max_tokens, sampling=self.target_sampling, backend=self.target_backend,
+            use_thread=False,
         )
         return state.get_var("output")
 

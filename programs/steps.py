@@ -99,7 +99,7 @@ def conversation_prefix(s, messages):
 
 def render_conversation(backend, messages: list[dict]) -> str:
     """OpenAI-style messages in the backend's chat template, up to the assistant's answer."""
-    return conversation_prefix.run(messages=messages, backend=backend).text()
+    return conversation_prefix.run(messages=messages, backend=backend, use_thread=False).text()
 
 
 def sample_steps(backend, prefixes, width, delimiter, max_step_tokens, sampling):

@@ -1,6 +1,8 @@
 """The simulated SGLang server: its protocol through SGLang's own RuntimeEndpoint, and
 the real programs and engines running against it unchanged."""
 
+import threading
+
 import pytest
 import requests
 import sglang as sgl
@@ -151,6 +153,25 @@ def test_engines_with_the_judge_keep_a_consistent_trace(sims, engine, width):
     assert 0 < result.stats.draft_steps_accepted <= result.stats.draft_steps_judged
     # every round's target time as the server saw it, within the client's (cost_model.py fits the server's)
     assert all(0 < r.target_server_s <= r.target_s for r in result.round_log)
+
+
+def test_draft_steps_and_plain_generation_run_in_the_callers_thread(sims, monkeypatch):
+    """No thread per program run: under load the frontend's worker thread, and the hand-off of every
+    expression to it, were a third of what a drafted request cost the client (slope 0 × 64 async)."""
+    models = LookaheadReasoner(sims.endpoints(), LookaheadConfig(depth=2)).connection.models
+    prefix = models.prompt("q")
+    started = []
+    original = threading.Thread.start
+
+    def counted(thread):
+        started.append(thread.name)
+        original(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    steps = models.draft(prefix, 2)
+    text = models.generate(prefix, 5).text
+    assert [s.text.split(".")[0] for s in steps] == ["s0-d0", "s1-d0"] and text.startswith("s0-t.")
+    assert started == []
 
 
 def test_a_failing_draft_server_degrades_to_the_target(sims):
