@@ -15,6 +15,7 @@ from lookahead_reasoning.programs.steps import (
     draft_steps,
     free_generation,
     render_conversation,
+    run_here,
     sample_steps,
     target_steps,
 )
@@ -58,14 +59,14 @@ class SGLangStepModels:
         return render_question(self.target_backend, question)
 
     def draft(self, prefix: str, gamma: int, max_step_tokens: int | None = None) -> list[StepOutput]:
-        state = draft_steps.run(
+        state = run_here(
+            draft_steps,
             prefix=prefix,
             gamma=gamma,
             delimiter=self.delimiter,
             max_step_tokens=max_step_tokens or self.max_step_tokens,
             sampling=self.draft_sampling,
             backend=self.draft_backend,
-            use_thread=False,  # in this thread: a worker thread per run, and a hand-off per expression, cost more
         )
         return state.get_var("steps")
 
@@ -87,9 +88,9 @@ class SGLangStepModels:
         )
 
     def generate(self, prefix: str, max_tokens: int) -> StepOutput:
-        state = free_generation.run(
-            prefix=prefix, max_tokens=max_tokens, sampling=self.target_sampling, backend=self.target_backend,
-            use_thread=False,
+        state = run_here(
+            free_generation, prefix=prefix, max_tokens=max_tokens, sampling=self.target_sampling,
+            backend=self.target_backend,
         )
         return state.get_var("output")
 

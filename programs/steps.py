@@ -9,6 +9,13 @@ from sglang.lang.ir import SglSamplingParams
 from lookahead_reasoning.programs.step_types import Sampling, StepOutput, read_step
 
 
+def run_here(program, **arguments):
+    """`program.run(...)` in the calling thread. By default the frontend starts a worker thread per run and
+    hands it every expression through a queue: at slope 0 × 16 async (`bench --load`) a drafted request then
+    cost the client 0.73 ms of CPU, 0.61 ms without."""
+    return program.run(**arguments, use_thread=False)
+
+
 def checked(state, name: str):
     """A variable and its meta_info, re-raising the error of a failed request."""
     error = state.error()
@@ -99,7 +106,7 @@ def conversation_prefix(s, messages):
 
 def render_conversation(backend, messages: list[dict]) -> str:
     """OpenAI-style messages in the backend's chat template, up to the assistant's answer."""
-    return conversation_prefix.run(messages=messages, backend=backend, use_thread=False).text()
+    return run_here(conversation_prefix, messages=messages, backend=backend).text()
 
 
 def sample_steps(backend, prefixes, width, delimiter, max_step_tokens, sampling):

@@ -156,8 +156,8 @@ def test_engines_with_the_judge_keep_a_consistent_trace(sims, engine, width):
 
 
 def test_draft_steps_and_plain_generation_run_in_the_callers_thread(sims, monkeypatch):
-    """No thread per program run: under load the frontend's worker thread, and the hand-off of every
-    expression to it, were a third of what a drafted request cost the client (slope 0 × 64 async)."""
+    """No thread per program run (`run_here`): the frontend's worker thread, and the hand-off of every
+    expression to it, made a drafted request cost the client a fifth more CPU under load."""
     models = LookaheadReasoner(sims.endpoints(), LookaheadConfig(depth=2)).connection.models
     prefix = models.prompt("q")
     started = []
