@@ -6,33 +6,28 @@ Load is two things at once here. `batch_slope` says what parallel requests cost 
 requests on the same servers: `concurrency` threads, each taking the next request as soon as its
 last one is done, until max(`min_requests`, `REQUESTS_PER_THREAD` × `concurrency`) are done, so
 that most of a point runs at its concurrency. (With as many requests as threads, a point at 16 or
-64 was one burst that started together and then drained to fewer at a time: its p50 was that burst's,
-not that of a load held at its concurrency.) The lookahead methods of one point share one engine
+64 would be one burst that starts together and then drains to fewer at a time: its p50 would be that
+burst's, not that of a load held at its concurrency.) The lookahead methods of one point share one engine
 configuration and, for the adaptive policy, one policy and cost model, as the requests
 of `lookahead serve` do; the adaptive policy first serves unmeasured waves of other
 requests like them (`WARMUP_WAVES`, or fewer where they reach `WARMUP_REQUESTS`), as a
 serving process that has been up for a while has learned its costs and α from earlier
 requests. Other requests, not the same ones again: the simulated judge's verdicts are fixed
 per (problem, step), and while AR wins a drafted probe comes at the same step of a problem
-each time (after a stretch of 8 of its 10 steps), so waves of the same problems judged the
-same few steps over and over: at slope 0 × 4 sync, α̂ sank to 0.16 where α is 0.7, and the
-point measured 0.98–1.01× AR where fixed γ = 4 gained 1.15–1.2×. (Much of that was the simulator's:
-the rest of a step cut by a stretch's token cap read the same in every problem, one verdict for all;
-every word now names its problem, simserver.py.)
+each time (after a stretch of 8 of its 10 steps), so waves of the same problems would judge the
+same few steps over and over, and one unlucky draw would hold α̂ far under α for the whole point.
 
 Reported per point: tokens/s (all output tokens / wall time), p50 and p99 request
 latency, speedup_vs_ar = AR's p50 latency / the method's p50 latency at the same
 (slope, concurrency), and throughput_vs_ar = the method's tokens/s / AR's. The two can
 disagree under load: the wall time ends with the slowest request, and drafting spreads the finishing
-times, so a method can bring the median request in ahead of AR's while the last one ends later (one
-burst of 16 at slope 0.1 × 16 sync, fixed γ = 2: p50 1.07× AR, tokens/s 0.86× AR).
+times, so a method can bring the median request in ahead of AR's while the last one ends later.
 With `repeats` > 1 every method of a point runs that many times, AR first each time (side by
 side, so that each ratio compares runs a few seconds apart on a noisy machine), and each
 figure is the median over the repeats, each ratio the median of the per-repeat ratios. The methods
 after AR take turns: each repeat starts them at another place in their list (`_repeat_order`), so that
-no method is always the one measured last. Where a method runs in its repeat matters on this machine:
-two identical fixed γ = 4 variants, second and fifth after AR, read 1.68× and 1.76× AR over ten repeats
-(slope 0 × 16 async), and a fixed order put the same variant in the same place every time.
+no method is always the one measured last: where a method runs in its repeat moves it by about 5 % on
+a 2-core machine (docs/figures.md, "Noise on two shared cores").
 """
 
 from __future__ import annotations
@@ -67,9 +62,8 @@ class LoadGrid(BaseModel):
     engines: list[Literal["sync", "async"]] = ["sync", "async"]
     alpha: float = Field(0.7, gt=0.0, lt=1.0)
     c: float = Field(0.1, gt=0.0)
-    # 32: the simulated judge's verdicts are one fixed draw per (problem, step); over 16 ten-step requests that
-    # draw alone put γ = 4 and 5 ahead of γ = 3, the best in expectation, at slope 0.1 × 1 sync (docs/figures.md,
-    # Session 24). With 6 requests, a p50 moved by 10-20 % from run to run.
+    # 32: the simulated judge's verdicts are one fixed draw per (problem, step), and over 16 ten-step requests
+    # that draw alone can put one γ a few per cent ahead of the one that is best in expectation.
     min_requests: int = Field(32, ge=1, description="requests per point: this many, or three per concurrent "
                                                      "request if more")
     repeats: int = Field(1, ge=1, le=20, description="runs of every point; the medians are reported")

@@ -77,7 +77,7 @@ del _file, _limit, _value
 exec(_code, {"__name__": "__main__", "__file__": "program.py", "__builtins__": __builtins__})
 '''
 
-# The old boundary, now a second layer: no sockets, subprocesses, ctypes or writes outside the cwd.
+# A second layer inside bubblewrap: no sockets, subprocesses, ctypes or writes outside the cwd.
 HOOK = r'''
 def _install():
     import os

@@ -25,12 +25,9 @@ hash of the turns before the answer). A judge request (one with a regex) answers
 probability α(step), decided by a hash of the seed and the prompt: deterministic. The
 judge's prompt holds only the two steps, so a verdict is one draw per (problem, step,
 candidate): independent across problems, and the same for every method that judges
-that step, which compares methods on common draws. (Before the steps named their
-problem, every problem of a benchmark drew the same verdicts: a point was one pattern
-of accepted and rejected steps, and which fixed γ fit it best was luck. Later only a step's
-first word named it, and the rest of a step that an AR stretch's token cap had cut read
-the same in every problem: the adaptive policy's probes after stretches cut at one token
-drew one verdict for all problems, and at slope 0 × 16 sync its α̂ sank to 0.2 where α was 0.7.)
+that step, which compares methods on common draws. (Were the problem left out of any word, the
+rest of a step that an AR stretch's token cap cut would read the same in every problem, and every
+problem would draw one verdict there: a point would be one pattern of accepted and rejected steps.)
 
 Faults: POST /sim/fault {"mode": "fail"} answers every request with HTTP 500,
 {"mode": "stall"} never answers, {"mode": "ok"} heals.
@@ -117,9 +114,8 @@ class _Trie:
     generations stand in for LRU eviction: inserts go to the current one, and when it holds half the
     capacity it becomes the previous one (the one before is dropped); a match looks in both, and a prompt
     that matched in the previous one is inserted into the current one with its completion, so what is in use
-    stays. Unbounded, the trie grew over a `bench --load` grid to millions of nodes (about a gigabyte per
-    server), and in one measurement 64 requests in flight then took 159–168 ms where they took 129 ms on a
-    fresh server: the grid's later points would measure the simulator's own slowdown."""
+    stays. Unbounded, the trie would grow over a `bench --load` grid to millions of nodes (about a gigabyte
+    per server) and slow the server, so the grid's later points would measure the simulator's own slowdown."""
 
     def __init__(self, capacity: int = TRIE_CAPACITY):
         self.capacity = capacity

@@ -1,12 +1,10 @@
 """How busy the client process is: the CPU its threads use over the last moments, in cores.
 
 Every request costs the client CPU (HTTP, JSON, the SGLang frontend), and a drafting round sends
-several short requests where an AR stretch sends one long one: measured on the simulated servers
-at slope 0, a drafted token costs the client 4 to 17 times an AR token's CPU. While the client has
-CPU to spare that costs nothing; once its Python threads hold the interpreter lock most of the time
-(about one core, whatever the machine has), every request waits for the others, and drafting slows
-every run that shares the process. At 64 runs, AR kept the client at 0.12 cores and fixed γ = 1–4
-at 0.9, at half AR's tokens/s; at 16 runs fixed γ = 1–4 used 0.3 (sync) to 0.7 (async) cores and gained.
+several short requests where an AR stretch sends one long one, so a drafted token costs the client
+several times an AR token's CPU. While the client has CPU to spare that costs nothing; once its Python
+threads hold the interpreter lock most of the time (about one core, whatever the machine has), every
+request waits for the others, and drafting slows every run that shares the process.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class Connection:
             self.backends[role] = backends[key]
         self.models = self.step_models(config)
         self.verifier = self.verifier_for(config)
-        freeze_startup_objects()  # heap.py: full collections no longer walk SGLang's and torch's objects
+        freeze_startup_objects()  # heap.py: full collections do not walk SGLang's and torch's objects
 
     def seeded(self, seed: int | None) -> Backends:
         """role -> a view of its backend that sends `seed` (as SGLang's sampling_seed when sampling),

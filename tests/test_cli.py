@@ -347,7 +347,7 @@ def test_bench_load_methods_take_turns_after_ar(monkeypatch):
     (64, {"min_requests": 16}, 192), (1, {"min_requests": 16}, 16), (16, {"min_requests": 60}, 60)])
 def test_bench_load_points_run_three_requests_per_thread(monkeypatch, concurrency, floor, expected):
     """A point runs at least three requests per concurrent thread, so that most of it runs at its concurrency
-    (one request per thread was one burst that drained); `min_requests` still sets a floor."""
+    (one request per thread would be one burst that drains); `min_requests` still sets a floor."""
     from lookahead_reasoning.eval import load_bench
 
     asked = []

@@ -67,7 +67,7 @@ def test_estimates_from_scripted_timings():
 def test_steps_of_nearly_one_length_still_show_the_slope():
     # timings from `lookahead serve` on simulated servers (0.03 s/token, slope 1): lone steps of 6-7
     # tokens, then steps under a load of about 14 other requests. With L nearly constant, o and t₁ are
-    # nearly collinear: an unconstrained fit gave t₁ ≤ 0, and the slope was thrown away (B = 1 under load)
+    # nearly collinear: an unconstrained fit would give t₁ ≤ 0 and throw the slope away (B = 1 under load)
     model = CostModel()
     for tokens, seconds, others in [(6, 0.179, 0.0), (6, 0.181, 0.67), (6, 0.182, 1.0), (6, 0.181, 1.0),
                                     (7, 0.181, 0.86), (7, 2.100, 13.9)]:
@@ -140,8 +140,8 @@ def _sixteen_runs(model: CostModel, rng: random.Random, observations: int, per_t
 
 def test_a_stall_of_the_server_does_not_read_as_a_slope():
     """A moment's stall slows every request in flight, and more are in flight at a higher load (they pile up):
-    traced in `bench --load` (16 runs drafting at slope 0), requests beside 38 to 53 others took 2.5 times their
-    time per token for 0.15 s, and the fit priced B(2) at 1.77 (at full weight here: 1.64)."""
+    16 runs drafting at slope 0, and requests beside 38 to 48 others take 2.5 times their time per token for a
+    moment. At full weight the fit would price B(2) at 1.64 here."""
     model, rng = CostModel(), random.Random(0)
     _sixteen_runs(model, rng, 200)
     for others in (38, 40, 42, 44, 46, 48):
@@ -183,8 +183,8 @@ def _chain_rounds(rng, alpha, count, depth=4):
 
 
 def test_alpha_rests_on_a_long_memory_while_acceptance_holds():
-    """One run at α = 0.7: the policy's forgetting alone (0.9 a round) read α̂ from about 25 positions, and
-    its estimates strayed by ±0.09; the long memory's by a third of that."""
+    """One run at α = 0.7: a memory forgetting 0.9 a round reads α̂ from about 25 positions, and its estimates
+    stray by about ±0.09; the long memory's by under half of that."""
     rng = random.Random(7)
     rounds = _chain_rounds(rng, 0.7, 600)
     long = _tally_after(rounds)[100:]
@@ -233,8 +233,8 @@ def test_a_short_fork_probe_measures_the_slope():
 @pytest.mark.parametrize("stretch, step", [(90, 19), (92, 21), (85, 20), (88, 18)])
 def test_the_first_probe_beside_one_stretch_reads_as_a_slope_not_a_fixed_cost(stretch, step):
     """Two requests (an AR stretch alone, then a step with a 4-token probe beside it, on a linear server)
-    fit a fixed cost o and a slope u equally well; float noise used to pick one, and o meant B(2) = 1 and
-    a drafted round on a CPU (the real Qwen pair, 30 s lost). The slope is the safe reading."""
+    fit a fixed cost o and a slope u equally well; float noise would pick one, and o means B(2) = 1 and
+    a drafted round on a CPU. The slope is the safe reading."""
     model = CostModel(forget=1.0)
     model.observe_target(1, stretch * 0.39, stretch, steps=4)
     model.observe_target(1, (step + 4) * 0.39, step, others=4 / step)
@@ -246,8 +246,8 @@ def test_the_first_probe_beside_one_stretch_reads_as_a_slope_not_a_fixed_cost(st
 def test_lone_steps_of_about_one_length_do_not_fit_a_fixed_cost_that_a_short_probe_then_pays(tokens, seconds):
     """The CPU Qwen pair's first rounds: a lone step (82 tokens, 39.4 s), a fork probe whose 10-token step
     took 9.4 s (B(2) ≈ 1.96), then an AR stretch alone, the same time per token within a few per cent.
-    Only the probe is short; 1/L's spread is the load's. Fitting o there read the stretch's noise as o = 5 s
-    that explained the probe (B(2) = 1.00, a measuring round 25 s over AR); the slope stays the probe's."""
+    Only the probe is short; 1/L's spread is the load's. Fitting o there would read the stretch's noise as
+    o = 5 s that explains the probe (B(2) = 1.00, and a measuring round over AR); the slope stays the probe's."""
     model = CostModel()
     model.observe_target(1, 39.4, 82)
     model.observe_target(2, 9.4, 10)
@@ -272,7 +272,7 @@ def test_lengths_that_vary_at_one_load_still_fit_a_fixed_cost_beside_a_short_pro
 
 def _at_one_high_load(model, rounds=4):
     """64 runs on a linear server (t₁ = 5 ms): every request beside 62 to 66 others, the client's noise in
-    timing them larger than what the load's spread adds (traced in `bench --load`)."""
+    timing them larger than what the load's spread adds (as in `bench --load`)."""
     for _ in range(rounds):
         for others, noise in ((62, 1.04), (64, 1.0), (66, 0.96), (63, 1.03), (65, 0.98)):
             model.observe_target(1, 16 * 0.005 * 65 * noise, 16, others=others)
@@ -618,8 +618,7 @@ def test_the_measured_rates_count_a_fork_rounds_cost_not_its_luck(mode):
     """Sync rounds of γ = 3 cost the same whatever their verdicts. Two that kept one step each (rejected at the
     first draft) and two that kept four read 4× apart in tokens per second; what the rates count is what a
     round of that shape keeps on average at α̂, so both read alike, and a few unlucky rounds cannot overrule
-    a model that drafts (0 × 4 sync: unlucky early rounds read 0.57 of AR's rate and held the runs at AR
-    where fixed γ = 2 gained 1.18×). The async chain pipeline's round runs on while its drafts are accepted,
+    a model that drafts. The async chain pipeline's round runs on while its drafts are accepted,
     so its time grows with its luck: it counts what it kept."""
     gains = []
     for kept_steps in (1, 4):
@@ -648,8 +647,8 @@ def _slow_drafting_verdict(policy):
 
 def test_after_slow_drafting_rounds_one_fast_probe_of_a_run_alone_renews_the_measured_rate():
     """Tens of drafting rounds that measured slow (under load) must not keep one run at AR through probe after
-    probe once drafting is fast again: a drafted probe after AR rounds outweighs them (CI at 7bb4c03:
-    `lookahead serve` stayed at AR for 200 requests after the load had gone)."""
+    probe once drafting is fast again: a drafted probe after AR rounds outweighs them (else `lookahead
+    serve` stays at AR long after the load has gone)."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     _slow_drafting_verdict(policy)
     probes = 0
@@ -675,8 +674,8 @@ def test_after_slow_drafting_rounds_one_fast_probe_of_a_run_alone_renews_the_mea
 
 def test_with_other_runs_in_flight_a_probe_adds_to_the_drafting_rate():
     """A probe among 16 runs at AR is a lone drafted round, which gets more than its share of the server and
-    reads fast: it adds to the rate like any round (letting it renew the rate made all 16 runs draft after
-    each probe, 0.31× AR)."""
+    reads fast: it adds to the rate like any round (were it to renew the rate, all 16 runs would draft
+    after each probe)."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     _slow_drafting_verdict(policy)
     for _ in range(16):
@@ -780,8 +779,8 @@ def test_while_drafting_wins_ar_checks_keep_the_target_alone_measured_within_the
 
 
 def test_an_ar_check_due_at_a_runs_first_round_comes_in_its_next_round():
-    """A run's first round is not timed: an AR check there measured nothing and cost a round (2 of 6 checks
-    at slope 0 × 4 sync, where a run is 4 rounds)."""
+    """A run's first round is not timed: an AR check there would measure nothing and cost a round, a large
+    share of a short run."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     _learn(policy, lambda n: 1.0)
     policy.drafting_rounds = policy.check_spacing(policy.cost_estimate().expected_speedup)  # a check is due
@@ -791,7 +790,7 @@ def test_an_ar_check_due_at_a_runs_first_round_comes_in_its_next_round():
 
 def test_drafting_at_one_depth_does_not_settle_on_a_wrong_slope():
     # every drafting round at one γ fits any split of its time between t₁ and the slope; without AR
-    # rounds now and then, a policy that drafted on free branches kept drafting (γ = 5) on linear ones
+    # rounds now and then, a policy that drafted on free branches would keep drafting on linear ones
     policy = AdaptiveDepth("sync", initial=2, max_depth=8, forget=0.8)
     _learn(policy, lambda n: 1.0)
     _learn(policy, float, rounds=60)
@@ -903,8 +902,8 @@ def _shared_policy(runs):
 
 def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
     """16 runs share a policy whose model says drafting pays (free branches) before any drafting round was
-    timed: one run drafts, the others write AR stretches (all 16 used to draft deep at once, on a client out
-    of CPU: 0.37× AR at slope 0 × 16 sync). Each drafting round measured at least as fast as AR rounds lets
+    timed: one run drafts, the others write AR stretches (all 16 drafting deep at once would run a client out
+    of CPU). Each drafting round measured at least as fast as AR rounds lets
     twice the runs draft at once, up to every run, and the runs left out meanwhile write a lone step and ask
     again; rounds that lose halve them."""
     policy = _shared_policy(16)
@@ -931,8 +930,7 @@ def test_runs_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
 
 def test_rates_that_say_drafting_barely_pays_do_not_widen_the_slots():
     """Drafting rounds measured 4 % faster than AR rounds: the runs that draft go on drafting, but no more of
-    them (GAIN_TO_WIDEN is 6 %): at slope 0 × 16 async, rates that read 1.03× let every run draft, and the
-    point ran at 0.92× AR."""
+    them (GAIN_TO_WIDEN is 6 %): rates that barely favour drafting do not let every run draft."""
     policy = _shared_policy(16)
     with _runs_in_threads(policy, 16) as ask:
         [ask(i) for i in range(16)]
@@ -974,7 +972,7 @@ def test_a_fork_probe_is_priced_with_the_fixed_cost_of_its_two_requests():
     """On a CPU-like server (B(n) = n) whose requests cost a fixed o = 0.3 of a step besides their tokens, a
     fork probe loses its quarter step's second branch and two requests' fixed cost (the lone step before
     it and its fork, where a stretch would have written both): the spacing keeps that within the budget
-    (priced by the branch alone, the real CPU Qwen pair's probes cost 5 % where the budget said 2)."""
+    (priced by the branch alone, the probes would overrun the budget where o is large, as on a CPU)."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     o, per_token = 0.3, T  # a step of TOKENS tokens: o + TOKENS·T = 1.3 s
     for tokens in (12, 20, 28, 20, 16, 24):  # lengths that vary, so the fixed cost is told from t₁
@@ -1047,8 +1045,8 @@ def test_the_round_that_measures_the_draft_forks_no_branch_after_it():
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_pairs_the_exact_match_fast_path_accepted_do_not_time_the_judge(mode):
-    """A pair the fast path accepted cost no judge call: a round of such pairs alone leaves j unknown (the CPU Qwen
-    pair's measuring round read j = 0 so, where the judge costs 0.8 of a step), and a round that mixes them
+    """A pair the fast path accepted cost no judge call: a round of such pairs alone leaves j unknown (timing it would
+    read j = 0 where the judge costs a large share of a step), and a round that mixes them
     times the judge by the pairs it answered. An exact-match verifier alone rejects as "exact" too: it is free."""
     same = JudgedDraft(draft="t", target="t", accept=True, score=1.0, method="exact")
     answered = JudgedDraft(draft="d", target="t", accept=False, score=0.1, method="llm-judge")
@@ -1072,8 +1070,7 @@ def test_pairs_the_exact_match_fast_path_accepted_do_not_time_the_judge(mode):
 def test_the_plan_leans_toward_drafting_while_few_positions_are_judged():
     """Free branches, c = j = ¼. One draft accepted of three (α̂ 0.38): α̂ plans AR, one standard error up
     it drafts, so the plan drafts one step, which judges more positions; the same α̂ over 200 positions is
-    known well enough: AR (three unlucky verdicts at the start used to hold 16 runs at AR for most of 64
-    problems)."""
+    known well enough: AR (so a few unlucky verdicts at the start do not hold every run at AR)."""
     def policy_with(accepted, rejected):
         costs = _fitted_costs()
         step = costs.estimate().step_tokens * T
@@ -1090,9 +1087,9 @@ def test_the_plan_leans_toward_drafting_while_few_positions_are_judged():
 
 
 def test_one_accepted_draft_never_plans_deep_where_its_estimate_says_ar():
-    """Branches at B(n) = 1 + 0.15(n − 1) (the CPU Qwen pair's fit once it drifted), c = 0.6, j = 0. After one
+    """Branches at B(n) = 1 + 0.15(n − 1) (a CPU pair's fit that has drifted), c = 0.6, j = 0. After one
     accepted draft (α̂ 0.75 ± 0.31) α̂ says AR; one standard error up (α 0.999) the best round is deep, γ ≥ 6.
-    The plan drafts one step to learn more, never the deep round (γ = 8 ran a problem there at 0.49× AR)."""
+    The plan drafts one step to learn more, never the deep round."""
     costs = _fitted_costs(slope=0.15, loads=(0, 1, 2))
     step = costs.estimate().step_tokens * T
     costs.observe_draft(0.6 * step, costs.estimate().step_tokens)

@@ -9,7 +9,7 @@ from lookahead_reasoning.runtime.heap import freeze_startup_objects
 def test_the_startup_objects_are_frozen_once_per_process():
     freeze_startup_objects()
     frozen = gc.get_freeze_count()
-    assert frozen > 1000  # the imports' objects: a full collection no longer walks them
+    assert frozen > 1000  # the imports' objects: a full collection does not walk them
 
     class Node:
         pass

@@ -243,7 +243,7 @@ def test_probes_cannot_slow_a_request(servers, key):
             time.sleep(0.5)
             loaded = statistics.median(timed_request() for _ in range(5))
             stop.set()
-    # generous: the probes share this process's CPU (a shared pool once turned 0.07 s into 19.7 s)
+    # generous: the probes share this process's CPU, and a request can wait long behind them
     assert loaded < 15 * alone, f"a request took {loaded:.2f} s under probes, {alone:.2f} s alone"
     expected = {("/health/live", 200), ("/health", 401 if key else 503), ("/metrics", 401 if key else 200)}
     assert statuses == expected

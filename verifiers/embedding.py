@@ -3,7 +3,7 @@
 Cosine alone misses arithmetic ("48/2 = 24" and "48*2 = 96" score about 0.95), so the
 number-aware variant (beyond the paper) scores 0 when the two steps end on different
 numbers (a step's last number is its result; 1/4 and 0.25 agree), and the cosine
-otherwise. Comparing the whole set of numbers was tried and rejects too many true
+otherwise. Comparing the whole set of numbers would reject too many true
 paraphrases ("10 * 11 / 2 = 55" against "n(n+1)/2 with n = 10 gives 55").
 """
 
