@@ -43,6 +43,8 @@ def launch(
     ports: Optional[str] = typer.Option(None, help="comma-separated ports, one per server and router, in --dry-run's "
                                         "order (default: free ports)"),
     max_total_tokens: int = typer.Option(16384, help="KV pool size in CPU mode"),
+    dtype: str = typer.Option("auto", help="dtype of CPU servers: auto (bfloat16 where the CPU has AMX-BF16 or "
+                              "AVX-512-BF16, else float32), bfloat16 or float32; a --dtype in --*-server-args wins"),
     grammar_backend: str = typer.Option("outlines", help="grammar backend of the judge's server (outlines or xgrammar)"),
     max_restarts: int = typer.Option(3, min=0, help="restarts of one dead server before the launcher gives up on it"),
     restart_backoff: float = typer.Option(2.0, min=0.0, help="seconds before the first restart; doubled for each next one"),
@@ -71,7 +73,7 @@ def launch(
         restart_backoff_s=restart_backoff, log=lambda m: err.print(m, highlight=False, soft_wrap=True),
         target_replicas=target_replicas, draft_replicas=draft_replicas, judge_replicas=judge_replicas,
         router_policy=router_policy, router_args=router_args, target_router_url=target_router_url,
-        draft_router_url=draft_router_url, judge_router_url=judge_router_url,
+        draft_router_url=draft_router_url, judge_router_url=judge_router_url, dtype=dtype,
     )
     if dry_run:
         print("\n".join(group.dry_run()))

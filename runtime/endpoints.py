@@ -29,6 +29,8 @@ class Endpoint(BaseModel):
     model: str | None = None  # informational: what the server serves
     # informational: the SGLang servers behind a router at `url` (empty: `url` is the server itself)
     workers: list[str] = []
+    # informational: the dtype of the CPU servers the launcher started (None: not chosen by it: a GPU, a router by URL)
+    dtype: str | None = None
 
     @field_validator("url")
     @classmethod

@@ -10,9 +10,11 @@ them, started after the servers answer; the endpoints point its roles at the rou
 Routers are health-checked, supervised and stopped like the servers, and die with the
 launcher. A role given a router URL uses that router, and nothing is started for it.
 
-CPU mode (docs/cpu.md) sets SGLANG_USE_CPU_ENGINE=1, float32, --sleep-on-idle (an idle
-scheduler otherwise spins a whole core), --disable-overlap-schedule and a bounded KV
-pool, and puts the `common_ops` stand-in on the server's PYTHONPATH (server_models.py).
+CPU mode (docs/cpu.md) sets SGLANG_USE_CPU_ENGINE=1, --sleep-on-idle (an idle scheduler
+otherwise spins a whole core), --disable-overlap-schedule and a bounded KV pool, and puts
+the `common_ops` stand-in on the server's PYTHONPATH (server_models.py). Its dtype is
+bfloat16 where the CPU has AMX-BF16 or AVX-512-BF16 and float32 elsewhere (cpu_dtype.py);
+`dtype` or a --dtype in a server's args overrides that. GPU servers get SGLang's own dtype.
 Router commands are in router.py.
 """
 
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from lookahead_reasoning.runtime import offline_models
+from lookahead_reasoning.runtime.cpu_dtype import DtypeChoice, check_dtype, choose_cpu_dtype, cpu_flags
 from lookahead_reasoning.runtime.endpoints import ROLES, Endpoint, Endpoints
 from lookahead_reasoning.runtime.processes import (
     answers,
@@ -170,10 +173,17 @@ class ServerGroup:
         target_router_url: str | None = None,
         draft_router_url: str | None = None,
         judge_router_url: str | None = None,
+        dtype: str = "auto",
     ):
         self.device = detect_device() if device == "auto" else device
         if self.device not in ("cpu", "cuda"):
             raise LookaheadError(f"device must be cpu, cuda or auto, got {device!r}")
+        check_dtype(dtype)
+        if self.device == "cuda" and dtype != "auto":
+            raise LookaheadError("--dtype sets the dtype of CPU servers; on a GPU give --dtype in --target-server-args "
+                                 "(and the draft's and judge's)")
+        self.dtype = dtype
+        self.cpu_flags = cpu_flags() if self.device == "cpu" else []
         if router_policy not in ROUTER_POLICIES:
             raise LookaheadError(f"router policy must be one of {', '.join(ROUTER_POLICIES)}, got {router_policy!r}")
         self.max_total_tokens = max_total_tokens
@@ -231,6 +241,10 @@ class ServerGroup:
             if spec.replicas > 1:
                 spec.worker_ports = [next(given, None) for _ in range(spec.replicas)]
             spec.port = next(given, None)
+        for spec in self.started_specs:
+            choice = self.dtype_choice(spec)
+            if choice and choice.warning:
+                self.log(f"{spec.name}: {choice.warning}")
 
     @staticmethod
     def _router_url(role: str, url: str) -> str:
@@ -249,6 +263,15 @@ class ServerGroup:
         """The specs this group starts processes for (not those served by a router given by URL)."""
         return [spec for spec in self.specs if spec.router_url is None]
 
+    def dtype_choice(self, spec: ServerSpec) -> DtypeChoice | None:
+        """The dtype of `spec`'s CPU servers and why (a --dtype in its server args wins); None on a GPU."""
+        if self.device != "cpu":
+            return None
+        given = flag_values(spec.extra_args).get("--dtype")
+        if given:
+            return choose_cpu_dtype(given, self.cpu_flags, "given in the server args")
+        return choose_cpu_dtype(self.dtype, self.cpu_flags)
+
     def command(self, spec: ServerSpec, port: int, replica: int = 0) -> list[str]:
         """The SGLang server command for `spec` on `port`; `replica` (1, 2, ...) when it is one of several."""
         cmd = [
@@ -259,8 +282,9 @@ class ServerGroup:
         if "judge" in spec.roles and "--grammar-backend" not in spec.extra_args:
             cmd += ["--grammar-backend", self.grammar_backend]
         if self.device == "cpu":
+            dtype = [] if "--dtype" in flag_values(spec.extra_args) else ["--dtype", self.dtype_choice(spec).dtype]
             cmd += [
-                "--device", "cpu", "--dtype", "float32",
+                "--device", "cpu", *dtype,
                 "--disable-overlap-schedule", "--sleep-on-idle",
                 "--max-total-tokens", str(self.max_total_tokens),
             ]
@@ -289,12 +313,15 @@ class ServerGroup:
                           else resolve_path(spec.model))
             planned = ServerSpec(spec.model, spec.roles, spec.extra_args, spec.port or free_port(), model_path,
                                  replicas=spec.replicas, worker_ports=[p or free_port() for p in spec.worker_ports])
+            choice = self.dtype_choice(spec)
+            why = f"\n# dtype: {choice}" if choice else ""
             if spec.replicas == 1:
-                lines.append(f"# {spec.name} server ({spec.model})\n{env}{shlex.join(self.command(planned, planned.port))}")
+                command = self.command(planned, planned.port)
+                lines.append(f"# {spec.name} server ({spec.model}){why}\n{env}{shlex.join(command)}")
                 continue
             for i, port in enumerate(planned.worker_ports, start=1):
                 command = self.command(planned, port, replica=i)
-                lines.append(f"# {spec.name} replica {i} of {spec.replicas} ({spec.model})\n{env}{shlex.join(command)}")
+                lines.append(f"# {spec.name} replica {i} of {spec.replicas} ({spec.model}){why}\n{env}{shlex.join(command)}")
             lines.append(f"# {spec.name} router ({self.router_policy} over {spec.replicas} replicas)\n"
                          f"{shlex.join(self._router_command(planned))}")
         return lines
@@ -321,6 +348,9 @@ class ServerGroup:
         process = ServerProcess(spec, None, f"http://127.0.0.1:{port}", log_path, command, env, kind, replica)  # type: ignore[arg-type]
         what = f"{spec.model}" if kind != "router" else f"{self.router_policy} over {spec.replicas} replicas"
         self.log(f"starting {process.label} ({what}) on 127.0.0.1:{port}, log {log_path}")
+        choice = self.dtype_choice(spec) if kind != "router" else None
+        if choice:
+            self.log(f"{process.label} dtype: {choice}")
         process.process = self._spawn(command, env, log_path)
         return process
 
@@ -449,6 +479,11 @@ class ServerGroup:
             return spec.router_url
         return f"http://127.0.0.1:{spec.port}"
 
+    def _served_dtype(self, spec: ServerSpec) -> str | None:
+        """The dtype of the CPU servers this group started for `spec`; None for a router given by URL or a GPU."""
+        choice = self.dtype_choice(spec) if spec.router_url is None else None
+        return choice.dtype if choice else None
+
     def endpoints(self) -> Endpoints:
         by_role = {role: spec for spec in self.specs for role in spec.roles}
         return Endpoints(
@@ -458,6 +493,7 @@ class ServerGroup:
                     chat_template=spec.chat_template,
                     model=spec.model,
                     workers=[s.url for s in self._replicas_of(spec)] if spec.replicas > 1 else [],
+                    dtype=self._served_dtype(spec),
                 )
                 for role, spec in by_role.items()
             },

@@ -414,7 +414,7 @@ def test_launch_dry_run_prints_the_exact_commands_and_starts_nothing(capsys):
     assert lines[2] == "# draft server (Qwen/Qwen2.5-0.5B-Instruct)"
     assert lines[3].endswith("--model-path Qwen/Qwen2.5-0.5B-Instruct --host 127.0.0.1 --port 30001")
     cpu = invoke(capsys, "launch", "--draft", "tiny-draft", "--target", "tiny", "--device", "cpu", "--dry-run")
-    assert "SGLANG_USE_CPU_ENGINE=1" in cpu.stdout and "--device cpu --dtype float32" in cpu.stdout
+    assert "SGLANG_USE_CPU_ENGINE=1" in cpu.stdout and "--device cpu --dtype " in cpu.stdout  # which: test_cpu_dtype.py
 
 
 @pytest.mark.server
