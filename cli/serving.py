@@ -134,7 +134,8 @@ def serve(
     verifier: Verifier = "llm-judge",
     threshold: Threshold = None,
     max_concurrent: int = typer.Option(4, help="requests that run at once; the rest wait"),
-    queue_timeout: float = typer.Option(30.0, help="seconds a request may wait for a slot before 429"),
+    queue_timeout: float = typer.Option(30.0, help="seconds a request may wait for a slot before 429 "
+                                 "(0: never wait, a free slot at once or 429)"),
     request_timeout: float = typer.Option(600.0, help="seconds a request may run before 504"),
     max_tokens_cap: int = typer.Option(4096, help="largest max_tokens a request may ask for"),
     max_body_bytes: int = typer.Option(1 << 20, help="largest request body in bytes; a larger one gets 413"),

@@ -4,6 +4,7 @@ Limits on bodies, clients that leave, probes, stalled servers, deadlines, what e
 broken calibration files; over simulated servers (eval/simserver.py) in threads of this process.
 """
 
+import asyncio
 import json
 import socket
 import statistics
@@ -24,6 +25,8 @@ from lookahead_reasoning.runtime.processes import free_port, port_in_use
 from lookahead_reasoning.runtime.serve import ServeSettings, build_app
 from lookahead_reasoning.runtime.serve.body import MAX_DEPTH, MAX_INT_DIGITS, nesting_depth
 from lookahead_reasoning.runtime.serve.health import CACHE_S
+from lookahead_reasoning.runtime.serve.jobs import Runner
+from lookahead_reasoning.runtime.serve.schemas import APIError
 
 LIMIT = 64 * 1024
 CHAT = "/v1/chat/completions"
@@ -209,6 +212,42 @@ def test_a_slot_comes_back_only_when_its_work_has_stopped():
     finally:
         for s in sims.values():
             s.__exit__()
+
+
+# --- slots ---------------------------------------------------------------------------------------
+
+
+def test_queue_timeout_0_takes_a_free_slot_at_once_and_never_waits():
+    async def scenario() -> list:
+        runner = Runner(slots=1, queue_timeout_s=0, request_timeout_s=10)
+        release = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def work(is_cancelled, deadline) -> dict:
+            asyncio.run_coroutine_threadsafe(release.wait(), loop).result(10)
+            return {"ok": True}
+
+        seen = []
+        first = await runner.start(work)  # idle: the free slot is taken at once
+        started = time.perf_counter()
+        try:
+            await runner.start(work)
+        except APIError as error:  # busy: 429 at once, no wait
+            seen.append((error.status, time.perf_counter() - started < 0.5))
+        release.set()
+        seen.append(await first.future)
+        await asyncio.sleep(0.05)  # the slot comes back once the thread has ended
+        again = await runner.start(lambda is_cancelled, deadline: {"again": True})
+        seen.append(await again.future)
+        runner.pool.shutdown()
+        return seen
+
+    assert asyncio.run(scenario()) == [(429, True), {"ok": True}, {"again": True}]
+
+
+def test_serve_with_queue_timeout_0_answers_when_idle(servers):
+    with Frontend(sim_endpoints(servers), ServeSettings(queue_timeout_s=0)) as f:
+        assert [f.chat().status_code for _ in range(3)] == [200, 200, 200]
 
 
 # --- probes ----------------------------------------------------------------------------------------

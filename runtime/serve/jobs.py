@@ -53,7 +53,11 @@ class Job:
 
 
 class Runner:
-    """Runs work on a pool with one thread per slot; callers beyond the slots wait, then get 429."""
+    """Runs work on a pool with one thread per slot; callers beyond the slots wait, then get 429.
+
+    A free slot is taken at once, whatever `queue_timeout_s` is; with `queue_timeout_s` 0 a
+    caller never waits: a free slot, else 429 at once.
+    """
 
     def __init__(self, slots: int, queue_timeout_s: float, request_timeout_s: float):
         self.queue_timeout_s, self.request_timeout_s = queue_timeout_s, request_timeout_s
@@ -61,16 +65,25 @@ class Runner:
         self.pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="lookahead-request")
 
     async def start(self, work: Work) -> Job:
-        try:
-            await asyncio.wait_for(self.slots.acquire(), timeout=self.queue_timeout_s)
-        except asyncio.TimeoutError:
-            raise APIError(429, "too many concurrent requests; try again later", "rate_limit_error") from None
+        if not self.slots.locked():
+            await self.slots.acquire()  # a free slot, and nobody waiting before us: taken at once
+        elif self.queue_timeout_s <= 0:  # 0 means "do not wait": a free slot at once, else 429
+            raise _busy()
+        else:
+            try:
+                await asyncio.wait_for(self.slots.acquire(), timeout=self.queue_timeout_s)
+            except asyncio.TimeoutError:
+                raise _busy() from None
         loop = asyncio.get_running_loop()
         cancelled = threading.Event()
         deadline = time.monotonic() + self.request_timeout_s
         future = self.pool.submit(work, cancelled.is_set, deadline)
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.slots.release))
         return Job(future, cancelled, deadline, self.request_timeout_s)
+
+
+def _busy() -> APIError:
+    return APIError(429, "too many concurrent requests; try again later", "rate_limit_error")
 
 
 def timed_out(limit_s: float) -> APIError:
