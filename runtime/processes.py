@@ -42,7 +42,14 @@ def free_port() -> int:
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """Whether a server could not listen on `port` now.
+
+    The probe binds with SO_REUSEADDR, as uvicorn and SGLang's servers do: the TIME_WAIT
+    connections a killed server leaves behind for about a minute do not block them, so they
+    must not block a restart either. A socket that listens there still does.
+    """
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
