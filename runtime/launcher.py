@@ -522,7 +522,8 @@ def stop_launcher(endpoints: Endpoints, timeout_s: float = 60.0) -> None:
     """Ask the launcher that wrote `endpoints` to stop its servers, and wait for it.
 
     The file names the launcher's PID and start time; a PID that now belongs to another
-    process (the launcher died and the PID was reused) is not signalled.
+    process (the launcher died and the PID was reused) is not signalled. A file without the
+    start time cannot prove which process its PID names: nothing is signalled then either.
     """
     pid = endpoints.launcher_pid
     if pid is None:
@@ -530,7 +531,11 @@ def stop_launcher(endpoints: Endpoints, timeout_s: float = 60.0) -> None:
     started = process_start_time(pid)
     if started is None or not running(pid):
         raise LookaheadError(f"launcher process {pid} is not running")
-    if endpoints.launcher_started is not None and started != endpoints.launcher_started:
+    if endpoints.launcher_started is None:
+        raise LookaheadError(f"the endpoints file does not record when launcher process {pid} started, so "
+                             f"process {pid} may be another program now; nothing was signalled (stop the "
+                             "launcher yourself if it is one)")
+    if started != endpoints.launcher_started:
         raise LookaheadError(f"process {pid} is not the launcher that wrote the endpoints file (it started at another time)")
     try:
         os.kill(pid, signal.SIGTERM)

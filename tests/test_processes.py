@@ -1,11 +1,18 @@
-"""Process and port helpers the launcher, `serve` and the simulated servers share (runtime/processes.py)."""
+"""Process and port helpers the launcher, `serve` and the simulated servers share (runtime/processes.py),
+and `lookahead stop`'s refusal to signal a process it cannot identify."""
 
+import json
 import socket
+import subprocess
 import time
 
 import pytest
+from cli_invoke import invoke, one_line_error
 
-from lookahead_reasoning.runtime.processes import UvicornThread, free_port, port_in_use
+from lookahead_reasoning.errors import LookaheadError
+from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.launcher import stop_launcher
+from lookahead_reasoning.runtime.processes import UvicornThread, free_port, port_in_use, process_start_time
 
 
 def _time_wait_on(port: int) -> None:
@@ -58,3 +65,38 @@ def test_a_listening_port_is_in_use_on_every_address_family():
         port = listener.getsockname()[1]
         assert port_in_use(port, "::1")
     assert not port_in_use(free_port(), "::1")
+
+
+@pytest.fixture
+def bystander():
+    """An unrelated process whose PID an old endpoints file might name."""
+    process = subprocess.Popen(["sleep", "60"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def _endpoints(**launcher) -> Endpoints:
+    url = Endpoint(url="http://127.0.0.1:9")
+    return Endpoints(draft=url, target=url, judge=url, **launcher)
+
+
+def test_stop_signals_no_process_whose_start_time_the_file_does_not_record(bystander, capsys, tmp_path):
+    with pytest.raises(LookaheadError, match="does not record when"):
+        stop_launcher(_endpoints(launcher_pid=bystander.pid))
+    path = tmp_path / "endpoints.json"
+    path.write_text(json.dumps({**json.loads(_endpoints().model_dump_json()), "launcher_pid": bystander.pid}))
+    outcome = invoke(capsys, "stop", "--endpoints", str(path))
+    one_line_error(outcome, "nothing was signalled")
+    assert "servers stopped" not in outcome.stderr
+    time.sleep(0.1)
+    assert bystander.poll() is None  # still alive
+
+
+def test_stop_signals_no_process_that_started_at_another_time(bystander):
+    started = process_start_time(bystander.pid)
+    with pytest.raises(LookaheadError, match="not the launcher"):
+        stop_launcher(_endpoints(launcher_pid=bystander.pid, launcher_started=started + 1))
+    assert bystander.poll() is None
+    stop_launcher(_endpoints(launcher_pid=bystander.pid, launcher_started=started), timeout_s=10)  # proven: signalled
+    assert bystander.wait(10) != 0
