@@ -311,6 +311,29 @@ def test_readiness_needs_the_key_and_shares_one_check(servers):
         assert time.perf_counter() - started < 3 * one  # one check for all of them, not 16 in a queue
 
 
+def test_every_route_but_liveness_needs_the_key_in_openai_form(servers, monkeypatch):
+    from lookahead_reasoning.runtime.serve import app as app_module
+
+    compared = []
+    real_compare = app_module.hmac.compare_digest
+    monkeypatch.setattr(app_module.hmac, "compare_digest",
+                        lambda a, b: compared.append((len(a), len(b))) or real_compare(a, b))
+    with Frontend(sim_endpoints(servers), ServeSettings(api_key="s3cret")) as f:
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            assert_openai_error(requests.get(f.url + path), 401)
+            assert requests.get(f.url + path, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert requests.get(f.url + "/health/live").status_code == 200
+
+        def chat(authorization: str) -> int:
+            return requests.post(f.url + CHAT, json=message_body(), headers={"Authorization": authorization}).status_code
+
+        refused = ["s3cret", "Basic s3cret", "Bearer", "Bearer s3cre", "Bearer s3cret-and-more", "Bearers3cret"]
+        assert {a: chat(a) for a in refused} == {a: 401 for a in refused}
+        assert chat("Bearer s3cret") == 200 and chat("bearer s3cret") == 200
+    # constant time: equal-length digests, whatever the length of the key sent
+    assert compared and set(compared) == {(32, 32)}
+
+
 # --- timeouts --------------------------------------------------------------------------------------
 
 

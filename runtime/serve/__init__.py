@@ -28,8 +28,9 @@ connections: requests never share state beyond the adaptive-depth estimates.
 
 Errors use OpenAI's shape {"error": {"message", "type", "param", "code"}}, on every path:
 400 for bad requests (malformed JSON, wrong types, empty messages, max_tokens out of
-range, a prompt over the context limit), 401 for a wrong API key (compared in constant
-time; /v1/, /health and /metrics need it when one is set), 404/405 for unknown routes,
+range, a prompt over the context limit), 401 for a wrong API key (only `Authorization:
+Bearer KEY`, compared in constant time; when one is set, every route but /health/live needs
+it, /docs and /openapi.json included), 404/405 for unknown routes,
 413 for large bodies, 429 when busy, 503 when the target server is down, 504 past the
 time limit, and 500 with a generic message only for a bug of ours. Messages never carry
 internal URLs or downstream bodies (those are logged). If the draft or judge server

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
@@ -96,27 +97,34 @@ def build_app(connection: Connection, config: LookaheadConfig, settings: ServeSe
 
 
 class RequireKey:
-    """401 without `Authorization: Bearer KEY` (compared in constant time) on /v1/, /health and /metrics.
+    """401 without `Authorization: Bearer KEY` on every route but /health/live.
 
-    /health/live stays open for liveness probes. A plain ASGI middleware: it leaves `receive` alone,
-    so a handler still sees its client disconnect.
+    Only OpenAI's form counts: the `Bearer` scheme (any case, as RFC 7235 allows) and the key; a
+    bare key is refused. The key is compared in constant time, as SHA-256 digests, so neither
+    its content nor its length shows in the time an answer takes. /docs, /redoc and
+    /openapi.json need the key too; /health/live stays open for liveness probes. A plain ASGI
+    middleware: it leaves `receive` alone, so a handler still sees its client disconnect.
     """
 
     def __init__(self, app: ASGIApp, key: str):
-        self.app, self.key = app, key.encode()
+        self.app, self.digest = app, hashlib.sha256(key.encode()).digest()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and _protected(scope["path"]):
-            given = Headers(scope=scope).get("authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), self.key):
-                error = APIError(401, "invalid API key", "authentication_error")
-                await JSONResponse(error.body(), error.status)(scope, receive, send)
-                return
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS and not self.authorized(scope):
+            error = APIError(401, "invalid API key: send it as 'Authorization: Bearer KEY'", "authentication_error")
+            await JSONResponse(error.body(), error.status, headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
+    def authorized(self, scope: Scope) -> bool:
+        scheme, _, given = Headers(scope=scope).get("authorization", "").strip().partition(" ")
+        if scheme.lower() != "bearer":
+            given = ""  # still compared below: a refusal takes the time an acceptance does
+        digest = hashlib.sha256(given.strip().encode("latin-1")).digest()  # the header's own bytes
+        return hmac.compare_digest(digest, self.digest) and scheme.lower() == "bearer"
 
-def _protected(path: str) -> bool:
-    return path.startswith("/v1/") or path in ("/health", "/metrics")
+
+OPEN_PATHS = frozenset({"/health/live"})  # with a key set, every other route needs it
 
 
 def _internal_error() -> APIError:
