@@ -99,7 +99,23 @@ def test_hostile_bodies_are_400s(frontend, body):
     assert_openai_error(res, 400)
 
 
-@pytest.mark.parametrize("content", ["\ud800 lone surrogate", "nul \x00 byte", "\u202e right-to-left", "x" * 30_000])
+@pytest.mark.parametrize("route, body, param", [
+    (CHAT, message_body() | {"messages": [{"role": "user", "content": "\ud800 lone surrogate"}]}, "messages.0.content"),
+    (CHAT, message_body(stream=True) | {"messages": [{"role": "user", "content": "x\udfff"}]}, "messages.0.content"),
+    (CHAT, message_body() | {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udc80"}]}]},
+     "messages.0.content.0.text"),
+    (CHAT, message_body(stop=["ok", "\ud83d"]), "stop.1"),
+    ("/v1/completions", {"prompt": "a \ud800 b"}, "prompt"),
+])
+def test_a_lone_surrogate_is_the_clients_error_not_the_servers(frontend, route, body, param):
+    res = requests.post(frontend.url + route, json=body)  # requests escapes it as \ud800: valid JSON, invalid Unicode
+    error = assert_openai_error(res, 400)
+    assert error["type"] == "invalid_request_error" and error["param"] == param and "surrogate" in error["message"]
+    paired = json.dumps(message_body() | {"messages": [{"role": "user", "content": "\U0001f600"}]})
+    assert "\\ud83d\\ude00" in paired and requests.post(frontend.url + CHAT, data=paired).status_code == 200
+
+
+@pytest.mark.parametrize("content", ["nul \x00 byte", "\u202e right-to-left", "x" * 30_000])
 def test_odd_but_valid_content_is_never_a_500(frontend, content):
     res = requests.post(frontend.url + CHAT, json=message_body(max_tokens=20) | {
         "messages": [{"role": "user", "content": content}]})

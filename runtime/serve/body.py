@@ -1,6 +1,7 @@
 """Reading a request body within limits: its size, its nesting depth and the length of its integers.
 
-Each limit turns a body that would cost memory, time or a RecursionError into a 400 or a 413.
+Each limit turns a body that would cost memory, time or a RecursionError into a 400 or a 413;
+a string that is not valid Unicode (a lone surrogate) is a 400 too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ MAX_DEPTH = 32  # a chat request nests 3 deep; json's C parser recurses once per
 MAX_INT_DIGITS = 64  # int() of a string is quadratic in its length, and refuses over 4300 digits
 
 _ESCAPE = re.compile(r"\\.", re.DOTALL)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _STRING = re.compile(r'"[^"]*"')  # once escapes are gone, a string ends at the next quote
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _DEPTH_CHANGE = {"[": 1, "{": 1, "]": -1, "}": -1}
@@ -52,11 +54,40 @@ def parse_json(raw: bytes) -> Any:
     if nesting_depth(text) > MAX_DEPTH:
         raise APIError(400, f"the request body nests deeper than {MAX_DEPTH} levels")
     try:
-        return json.loads(text, parse_int=_integer)
+        body = json.loads(text, parse_int=_integer)
     except json.JSONDecodeError:
         raise APIError(400, "the request body is not valid JSON") from None
     except _LongInteger:
         raise APIError(400, f"the request body has an integer longer than {MAX_INT_DIGITS} digits") from None
+    if _SURROGATE_ESCAPE.search(text):  # only a \uD800-\uDFFF escape can make one; a pair is fine
+        where = _lone_surrogate(body)
+        if where is not None:
+            raise APIError(400, "the request body has a lone UTF-16 surrogate (\\ud800-\\udfff) in a string: "
+                           "not valid Unicode", param=where or None)
+    return body
+
+
+def _lone_surrogate(value: Any, path: str = "") -> str | None:
+    """Where (a dotted path, "" for the top) the first string with a lone surrogate is, or None.
+
+    JSON lets a string escape half of a surrogate pair; Python keeps it, and it cannot be
+    encoded as UTF-8 for the servers downstream. It is the client's input: a 400, not a failure there.
+    (Recursion is safe: the body nests at most MAX_DEPTH deep by now.)
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and _lone_surrogate(key) is not None:
+            return path
+        found = _lone_surrogate(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
 
 
 def nesting_depth(text: str) -> int:
