@@ -3,6 +3,7 @@
 - serving: launch, stop, serve, models (cli/serving.py)
 - reasoning: run, demo (cli/reasoning.py)
 - evaluation: eval, sweep, bench, simserver, verifiers (cli/evaluation.py)
+- servers: servers probe (cli/servers.py)
 
 Parsing the command line does not import SGLang; a command imports it when it runs a program.
 """
@@ -16,7 +17,7 @@ import warnings
 import click
 import typer
 
-from lookahead_reasoning.cli import evaluation, reasoning, serving
+from lookahead_reasoning.cli import evaluation, reasoning, servers, serving
 from lookahead_reasoning.cli.options import err
 from lookahead_reasoning.errors import LookaheadError, first_line
 
@@ -27,6 +28,7 @@ app = typer.Typer(
 for command in (serving.launch, serving.stop, serving.serve):
     app.command(rich_help_panel="Serving")(command)
 app.add_typer(serving.models_app, name="models", rich_help_panel="Serving")
+app.add_typer(servers.servers_app, name="servers", rich_help_panel="Serving")
 for command in (reasoning.run, reasoning.demo):
     app.command(rich_help_panel="Reasoning")(command)
 app.command("eval", rich_help_panel="Evaluation")(evaluation.eval_command)

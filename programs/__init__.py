@@ -12,7 +12,7 @@ _API = {
     "lookahead": "lookahead", "lookahead_turn": "lookahead",
     "SGLangStepModels": "roles", "judge_pairs": "roles", "render_question": "roles",
     "Sampling": "step_types", "StepOutput": "step_types",
-    "draft_steps": "steps", "free_generation": "steps", "target_steps": "steps",
+    "continue_texts": "steps", "draft_steps": "steps", "free_generation": "steps", "target_steps": "steps",
 }
 _OLD_NAMES = {"SGLangRoles": "SGLangStepModels"}  # names before 0.2, kept for existing imports
 

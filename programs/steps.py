@@ -94,6 +94,19 @@ def target_steps(backend, prefix, continuations, delimiter, max_step_tokens, sam
     return _read_steps(backend.generate_batch(requests), delimiter)
 
 
+def continue_texts(backend, texts: list[str], max_new_tokens: int, ignore_eos: bool = True) -> list[StepOutput]:
+    """A greedy continuation of `max_new_tokens` tokens after each text, all in one batch (one `/generate` with
+    a list of texts where there are several, as a fork's branches go: `LookaheadEndpoint.generate_batch`).
+
+    With `ignore_eos` every continuation writes exactly `max_new_tokens` tokens, whatever the model would
+    say: the request shape that times a server (eval/server_probe.py). Nothing is committed first."""
+    def params() -> SglSamplingParams:  # one each: `generation_request` may rewrite it
+        return SglSamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, ignore_eos=ignore_eos)
+
+    requests = [backend.generation_request(text, params()) for text in texts]
+    return _read_steps(backend.generate_batch(requests), delimiter=None)
+
+
 @sgl.function
 def conversation_prefix(s, messages):
     """A list of {"role", "content"} messages in the server's chat template, up to the assistant's answer."""
