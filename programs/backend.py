@@ -95,6 +95,7 @@ class LookaheadEndpoint(RuntimeEndpoint):
         self.verify = None
         self.timeout_s = timeout_s
         self.seed = seed
+        self.request_id: str | None = None  # SGLang's `rid` for generation requests (`with_request_id`)
         self._seen: Counter[str] = Counter()
         self._seen_lock = threading.Lock()
         self._pool = _connection_pool(self.base_url)
@@ -166,6 +167,29 @@ class LookaheadEndpoint(RuntimeEndpoint):
         view._seen, view._seen_lock = Counter(), threading.Lock()
         return view
 
+    def with_request_id(self, rid: str) -> LookaheadEndpoint:
+        """This backend (same server, seed and sample counts) sending `rid` as SGLang's request id with
+        its generation requests, so that `abort(rid)` can stop them: a view for one request in flight
+        at a time (SGLang refuses two running requests with one id)."""
+        view = copy.copy(self)
+        view.request_id = rid
+        return view
+
+    def abort(self, rid: str, timeout_s: float = 5.0) -> bool:
+        """Ask the server to abort the request `rid` (SGLang's `/abort_request`); whether it said yes.
+
+        The aborted request then ends with finish_reason "abort", which `_one_generation` turns into
+        a BackendError. A server or router without the route (sglang-router 0.3.2's HTTP routes have
+        none) answers an error: False, and the request runs out.
+        """
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            res = self._pool.request("POST", self.base_url + "/abort_request", json={"rid": rid}, headers=headers,
+                                     timeout=urllib3.Timeout(connect=timeout_s, read=timeout_s), retries=False)
+        except HTTPError:
+            return False
+        return res.status == 200
+
     def flush_cache(self):
         self._request("POST", "/flush_cache")
 
@@ -186,6 +210,8 @@ class LookaheadEndpoint(RuntimeEndpoint):
         if self.seed is not None and (sampling_params.temperature or 0) > 0:
             params["sampling_seed"] = self._request_seed(text)
         data = {"text": text, "sampling_params": params}
+        if self.request_id is not None:
+            data["rid"] = self.request_id
         for field in _LOGPROB_FIELDS:
             value = getattr(sampling_params, field, None)
             if value is not None:

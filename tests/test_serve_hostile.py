@@ -215,7 +215,8 @@ def test_clients_that_leave_cancel_their_work(stream):
 
 
 def test_a_slot_comes_back_only_when_its_work_has_stopped():
-    """AR is one long target request that cannot be stopped midway: the next one may start only after it."""
+    """AR is one long target request; a server without /abort_request (the simulated ones) cannot stop it
+    midway: the next one may start only after it."""
     sims = make_sims(decode_ms=40.0)
     for s in sims.values():
         s.__enter__()
@@ -264,6 +265,71 @@ def test_queue_timeout_0_takes_a_free_slot_at_once_and_never_waits():
 def test_serve_with_queue_timeout_0_answers_when_idle(servers):
     with Frontend(sim_endpoints(servers), ServeSettings(queue_timeout_s=0)) as f:
         assert [f.chat().status_code for _ in range(3)] == [200, 200, 200]
+
+
+class AbortableTarget:
+    """A stand-in SGLang server that counts the tokens it decodes and serves /abort_request by `rid`,
+    as SGLang does (the simulated servers have no abort)."""
+
+    TOKEN_S = 0.02
+
+    def __init__(self):
+        from fastapi import FastAPI, Request
+        from fastapi.responses import Response
+
+        from lookahead_reasoning.runtime.processes import UvicornThread
+
+        self.tokens, self.rids, self.aborted, self.finished = 0, [], set(), []
+        app = FastAPI()
+
+        @app.get("/model_info")
+        async def model_info():
+            return {"model_path": "abortable-target", "is_generation": True}
+
+        @app.post("/generate")
+        async def generate(request: Request):
+            body = await request.json()
+            rid, wanted = body.get("rid"), min(int(body["sampling_params"].get("max_new_tokens") or 300), 300)
+            self.rids.append(rid)
+            for done in range(wanted):
+                if rid is not None and rid in self.aborted:
+                    self.finished.append(("abort", done))
+                    return {"text": "w " * done, "meta_info": {"finish_reason": {"type": "abort", "message": "Abort"},
+                                                               "prompt_tokens": 3, "completion_tokens": done}}
+                await asyncio.sleep(self.TOKEN_S)
+                self.tokens += 1
+            self.finished.append(("length", wanted))
+            return {"text": "w " * wanted, "meta_info": {"finish_reason": {"type": "length", "length": wanted},
+                                                         "prompt_tokens": 3, "completion_tokens": wanted}}
+
+        @app.post("/abort_request")
+        async def abort_request(request: Request):
+            self.aborted.add((await request.json())["rid"])
+            return Response(status_code=200)
+
+        self.server = UvicornThread(app)
+        self.url = self.server.url
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_ar_requests_whose_clients_left_are_aborted_on_the_target(stream):
+    target = AbortableTarget()
+    with target.server:
+        endpoints = Endpoints(**{r: Endpoint(url=target.url, chat_template="chatml") for r in ("draft", "target", "judge")})
+        config = LookaheadConfig(depth=2, max_tokens=300, request_timeout_s=30, verifier="exact")
+        with Frontend(endpoints, ServeSettings(max_concurrent=10), config) as f:
+            assert f.chat(model="target", max_tokens=20).status_code == 200  # one that stays: never aborted
+            assert target.aborted == set() and target.finished == [("length", 20)]
+            with ThreadPoolExecutor(10) as pool:
+                list(pool.map(lambda _: leave_early(f, message_body(model="target", stream=stream)), range(10)))
+            # run out, the 10 requests would decode 300 tokens each, 6 s
+            assert settles(lambda: target.tokens, within_s=4.0), "the AR work of clients that left goes on"
+            left = [rid for rid in target.rids[1:]]
+            assert len(left) == 10 and all(left) and len(set(left)) == 10  # each has an id of its own
+            assert target.aborted == set(left)
+            assert sorted(reason for reason, _ in target.finished[1:]) == ["abort"] * 10
+            assert target.tokens < 20 + 10 * 100
+            assert f.chat(model="target", max_tokens=20).status_code == 200  # and the slots came back
 
 
 # --- probes ----------------------------------------------------------------------------------------

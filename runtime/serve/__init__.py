@@ -21,7 +21,8 @@ another); the excess waits up to `queue_timeout_s` and is then refused with 429.
 request that runs past `request_timeout_s` ends with 504, LR or AR (no new round starts
 after the deadline, and each server request has its own timeout, so nothing hangs; the
 draft's and judge's are shorter, so a stalled one degrades the run instead). A client
-that goes away cancels its work, and its slot comes back once that work has stopped.
+that goes away cancels its work (an AR request is aborted on the target's server), and its
+slot comes back once that work has stopped.
 Bodies over `max_body_bytes` get 413; bodies nested too deep or with overlong integers
 get 400. Each request gets its own engine and settings over shared, thread-safe
 connections: requests never share state beyond the adaptive-depth estimates.

@@ -1,13 +1,14 @@
 """A request's work on the request pool: a concurrency slot, a deadline, and cancellation.
 
 The slot is given back when the worker thread has finished, not when the client stops
-waiting: a client that leaves cancels its work (no new round starts), and the next
-request gets the slot once that work has really stopped.
+waiting: a client that leaves cancels its work (no new round starts; an AR request is
+aborted on its server), and the next request gets the slot once that work has really stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -15,11 +16,60 @@ from typing import Awaitable, Callable
 
 from lookahead_reasoning.runtime.serve.schemas import APIError
 
-Work = Callable[[Callable[[], bool], float], dict]  # (is_cancelled, deadline) -> the answer
+log = logging.getLogger(__name__)
+
+
+class Cancellation:
+    """A request's cancellation, set at most once. Calling it says whether it is set (the engine
+    polls it between rounds); work that cannot poll, such as one long AR request to a server,
+    registers `on_cancel(callback)` instead: the callback runs when it is set, on a thread of its
+    own (it may block on the network), and never once the work has unregistered it."""
+
+    def __init__(self):
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def __call__(self) -> bool:
+        return self._event.is_set()
+
+    def set(self) -> None:
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            threading.Thread(target=_quietly, args=(callback,), name="lookahead-cancel", daemon=True).start()
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run `callback` when cancelled (at once if already); returns what unregisters it."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+
+                def unregister() -> None:
+                    with self._lock:
+                        if callback in self._callbacks:
+                            self._callbacks.remove(callback)
+
+                return unregister
+        threading.Thread(target=_quietly, args=(callback,), name="lookahead-cancel", daemon=True).start()
+        return lambda: None
+
+
+def _quietly(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # noqa: BLE001 - a failed abort only means the work runs out, as it would have
+        log.warning("cancelling a request's work failed", exc_info=True)
+
+
+Work = Callable[[Cancellation, float], dict]  # (is_cancelled, deadline) -> the answer
 
 
 class Job:
-    def __init__(self, future: Future, cancelled: threading.Event, deadline: float, limit_s: float):
+    def __init__(self, future: Future, cancelled: Cancellation, deadline: float, limit_s: float):
         self.future = asyncio.wrap_future(future)
         # a job whose client left or timed out has nobody to read its error: not worth a warning
         self.future.add_done_callback(lambda done: done.cancelled() or done.exception())
@@ -28,7 +78,8 @@ class Job:
         self._cancelled = cancelled
 
     def cancel(self) -> None:
-        """Ask the work to stop: the engine starts no new round (a request in flight runs out)."""
+        """Ask the work to stop: the engine starts no new round (a request in flight runs out), and an
+        AR request is aborted on its server (service.py)."""
         self._cancelled.set()
 
     def remaining(self) -> float:
@@ -75,9 +126,9 @@ class Runner:
             except asyncio.TimeoutError:
                 raise _busy() from None
         loop = asyncio.get_running_loop()
-        cancelled = threading.Event()
+        cancelled = Cancellation()
         deadline = time.monotonic() + self.request_timeout_s
-        future = self.pool.submit(work, cancelled.is_set, deadline)
+        future = self.pool.submit(work, cancelled, deadline)
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.slots.release))
         return Job(future, cancelled, deadline, self.request_timeout_s)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from functools import partial
 from typing import Any, Callable
 
@@ -81,7 +82,8 @@ class LookaheadService:
         """Blocking: render the prompt, run LR or AR, return text, finish reason, usage and statistics.
 
         `on_step(text)` gets the answer's text as it grows, never past a stop string. LR starts no
-        round once `is_cancelled()`, once a stop string is seen, or past `deadline` (time.monotonic()).
+        round once `is_cancelled()`, once a stop string is seen, or past `deadline` (time.monotonic());
+        AR's one request is aborted on the target's server when `is_cancelled` is set (`_run_ar`).
         """
         # a seeded run gets its own view of the backends: the seeds it sends depend on nothing else running
         backends = self.connection.seeded(config.seed) if config.seed is not None else None
@@ -96,7 +98,7 @@ class LookaheadService:
         try:
             text_prompt = prompt if isinstance(prompt, str) else render_conversation(models.target_backend, prompt)
             if model == AR_MODEL:
-                return self._finish(self._run_ar(models, text_prompt, config, kept), cut, on_step)
+                return self._finish(self._run_ar(text_prompt, config, kept, backends, is_cancelled), cut, on_step)
             rounds: list[RoundRecord] = []
             engine = make_engine(config, models, self.connection.verifier_for(config, backends), on_step=kept,
                                  on_round=rounds.append, deadline=deadline, policy=self.policy,
@@ -110,6 +112,8 @@ class LookaheadService:
                 self._observe(out["lookahead"]["acceptance_rate"], rounds)
                 return self._finish(out, cut, on_step)
         except (ServerFailure, BackendError) as error:
+            if is_cancelled():  # e.g. the AR request aborted because its client left: nobody reads this
+                raise client_closed() from None
             raise _downstream(error) from None
         except TimeLimitExceeded:
             raise timed_out(self.settings.request_timeout_s) from None
@@ -140,8 +144,22 @@ class LookaheadService:
             return {**out, "text": cut.text, "finish_reason": "stop"}
         return out
 
-    def _run_ar(self, models, prompt: str, config: LookaheadConfig, on_step) -> dict:
-        result = continue_baseline(models, prompt, config)
+    def _run_ar(self, prompt: str, config: LookaheadConfig, on_step, backends, is_cancelled) -> dict:
+        """The target alone: one long request, which the engine's round boundary cannot stop. It carries
+        a request id of its own, and cancelling the job (the client left, the deadline passed) aborts
+        it on the target's server."""
+        backends = backends or self.connection.backends
+        rid = f"lookahead-{uuid.uuid4().hex}"
+        target = backends["target"].with_request_id(rid)
+        models = self.connection.step_models(config, {**backends, "target": target})
+        if is_cancelled():  # the client left before the request went out
+            raise client_closed()
+        on_cancel = getattr(is_cancelled, "on_cancel", None)
+        unregister = on_cancel(lambda: self._abort(target, rid)) if on_cancel else (lambda: None)
+        try:
+            result = continue_baseline(models, prompt, config)
+        finally:
+            unregister()  # a finished request has nothing to abort
         on_step(result.text)
         return {
             "text": result.text,
@@ -149,6 +167,11 @@ class LookaheadService:
             "usage": _usage(result.prompt_tokens, result.output_tokens),
             "lookahead": {"mode": "ar", "wall_time_s": result.wall_time_s},
         }
+
+    @staticmethod
+    def _abort(backend, rid: str) -> None:
+        if not backend.abort(rid):
+            log.info("the target server did not abort request %s (no /abort_request there?): it runs out", rid)
 
 
 class _Ledger:
