@@ -9,14 +9,14 @@ shapes; `e2e_latency`; regex-constrained yes/no answers with `output_top_logprob
 `input_token_logprobs` from `logprob_start_len` on, for `select`), `/model_info`,
 `/get_model_info`, `/flush_cache` and `/health`.
 
-Timing (the latency model): a request first waits `prefill_ms` per prompt token not
-in the prefix cache (a token trie, so `cached_tokens` is real), then joins a shared
+Timing (the latency model): a request first waits a fixed `request_ms` and `prefill_ms`
+per prompt token not in the prefix cache (a token trie, so `cached_tokens` is real), then joins a shared
 decode loop in which every tick emits one token for each active request and lasts
 `decode_ms * (1 + batch_slope * (active - 1))`. With `batch_slope` 0 a batch costs
 what one request costs, the GPU regime the theory assumes.
 
 Text: "tokens" are words. After the assistant turn begins, the reasoning is a fixed
-sequence of `steps` steps of `step_tokens` tokens separated by "\\n\\n"; the last ends
+sequence of `steps` steps of `step_tokens` tokens (or from that to `step_tokens_max`) separated by "\\n\\n"; the last ends
 with EOS. The step index is the number of delimiters already in the assistant's text,
 so a capped step continues where it stopped. A draft server writes other words than
 a target server, and a draft request with a `sampling_seed` writes a variant of its
@@ -85,7 +85,11 @@ class SimConfig(BaseModel):
     decode_ms: float = Field(10.0, gt=0, description="per-token decode time at batch size 1")
     batch_slope: float = Field(0.0, ge=0, description="relative extra decode time per extra concurrent request")
     prefill_ms: float = Field(0.0, ge=0, description="per uncached prompt token")
+    request_ms: float = Field(0.0, ge=0, description="a request's fixed cost (scheduling, HTTP); requests in "
+                              "flight pay it side by side")
     step_tokens: int = Field(10, ge=2)
+    step_tokens_max: int | None = Field(None, ge=2, description="steps vary in length between step_tokens and this "
+                                        "(per problem, step and writer); None: every step is step_tokens long")
     steps: int = Field(12, ge=1, description="steps until EOS")
     alpha: float = Field(0.6, gt=0, lt=1, description="judge acceptance probability")
     alpha_schedule: list[tuple[int, float]] = Field(
@@ -213,7 +217,10 @@ class SimEngine:
         c = self.state.config
         tag = "t" if c.role != "draft" else f"d{variant or 0}"
         name = f"s{index}-{tag}.{problem}"
-        return [f"{name} "] + [f"w{n}.{name} " for n in range(c.step_tokens - 2)] + [f"end{index}."]
+        length = c.step_tokens
+        if c.step_tokens_max is not None and c.step_tokens_max > c.step_tokens:
+            length += int(_unit("length", c.seed, name) * (c.step_tokens_max - c.step_tokens + 1))
+        return [f"{name} "] + [f"w{n}.{name} " for n in range(length - 2)] + [f"end{index}."]
 
     def _stream(self, prompt: str, variant: int | None) -> tuple[list[str], bool]:
         """The tokens that follow the prompt up to EOS, and whether the answer has begun."""
@@ -252,7 +259,7 @@ class SimEngine:
         prompt = body.get("text") or ""
         prompt_tokens = tokenize(prompt)
         cached = min(s.trie.match(prompt_tokens), max(0, len(prompt_tokens) - 1))
-        await asyncio.sleep(s.config.prefill_ms / 1000.0 * (len(prompt_tokens) - cached))
+        await asyncio.sleep((s.config.request_ms + s.config.prefill_ms * (len(prompt_tokens) - cached)) / 1000.0)
         max_new = params.get("max_new_tokens")
         max_new = 128 if max_new is None else int(max_new)
         logprob_fields: dict = {}

@@ -34,7 +34,7 @@ which is 1 + s (n − 1) for one run, 1 for s = 0, and about n for s = 1 at any 
 under load, branches stop being free even on hardware that batches well. B depends on o
 and t₁ only through S, which the data pins down even where it cannot split it.
 
-The draft: seconds per drafted token, so c = L̄ · draft / S. The verifier:
+The draft: seconds per drafted step (its request's fixed cost included), so c = draft / S. The verifier:
 seconds per round over B(pairs) (it answers its pairs in one fork, usually on the
 target's server), so j(n) = that × B(n) in target steps.
 
@@ -139,9 +139,10 @@ class CostModel:
         self._residual = _Average()  # the typical |residual| of a request's seconds per token from the fit
         self._client = _Average()  # a target request's seconds in the client beyond the server's own time
         self._server_timed = _Average()  # the share of target requests timed by the server, forgetting slowly
-        self._draft = _Average()
+        self._draft_step = _Average()  # seconds per drafted step, its request's fixed cost included
         self._judge = _Average()  # seconds per round / B(pairs)
         self._step_tokens = _Average()
+        self._measured_slope = _Average()  # s as the fits measured it, forgetting slowly: where the data cannot tell
         self.observations = 0
         self.version = 0  # counts every change of what the model knows: what a plan derived from it holds till
         self._fitted: tuple[float | None, float | None, float] | None = None  # `_fit`, until a target observation
@@ -149,8 +150,8 @@ class CostModel:
     def _averages(self) -> dict[str, _Average]:
         return {**self._moments, **{f"slow {name}": avg for name, avg in self._slow_moments.items()},
                 "alone": self._alone, "residual": self._residual, "client": self._client,
-                "server timed": self._server_timed, "draft": self._draft, "judge": self._judge,
-                "step_tokens": self._step_tokens}
+                "server timed": self._server_timed, "draft step": self._draft_step, "judge": self._judge,
+                "step_tokens": self._step_tokens, "measured slope": self._measured_slope}
 
     def state(self) -> dict:
         """What the model has learned, as plain data (see `restore`)."""
@@ -200,16 +201,19 @@ class CostModel:
                 self._slow_moments[name].add(r[a] * r[b], slow, weight)
             if x == 0:
                 self._alone.add(r["y"], forget)
-            self._fitted = None
             if steps == 1:
                 self._step_tokens.add(longest_tokens, forget)
             self.observations += 1
+            self._refit(runs)
             self.version += 1
 
-    def observe_draft(self, seconds: float, tokens: int, runs: float = 1.0) -> None:
-        if seconds > 0 and tokens > 0:
+    def observe_draft(self, seconds: float, steps: int, runs: float = 1.0) -> None:
+        """The draft wrote `steps` steps (one request each) in `seconds`. Priced per step, not per token: a
+        draft request's fixed cost is most of a short step's time (a step that finishes one capped by the
+        token limit can be a token long), and per token such steps read c several times too high."""
+        if seconds > 0 and steps > 0:
             with self._lock:
-                self._draft.add(seconds / tokens, per_run(self.forget, runs))
+                self._draft_step.add(seconds / steps, per_run(self.forget, runs), weight=steps)
                 self.version += 1
 
     def observe_judge(self, pairs: int, seconds: float, runs: float = 1.0) -> None:
@@ -244,44 +248,56 @@ class CostModel:
     # -- estimates ------------------------------------------------------------------
     def _fit(self) -> tuple[float | None, float | None, float]:
         """(t₁, u, o): the target's seconds per token alone, the extra seconds per token per extra request
-        in flight, and a request's fixed seconds;
+        in flight, and a request's fixed seconds (the client's share included);
         None where the data cannot tell. Solved once per target observation: a plan asks for it often."""
         if self._fitted is None:
-            t1, per_request, overhead = self._least_squares()
+            t1, per_request, overhead, _ = self._least_squares()
             self._fitted = t1, per_request, overhead + (self._client.value or 0.0)
         return self._fitted
 
-    def _least_squares(self) -> tuple[float | None, float | None, float]:
+    def _refit(self, runs: float) -> None:
+        """Solve the fit after a target observation, and remember the slope s where these data measured it."""
+        t1, per_request, overhead, measured = self._least_squares()
+        self._fitted = t1, per_request, overhead + (self._client.value or 0.0)
+        tokens = self._step_tokens.value
+        if measured and t1 is not None and per_request is not None and tokens:
+            self._measured_slope.add(per_request * tokens / (overhead + tokens * t1), per_run(SLOW_FORGET, runs))
+
+    def _least_squares(self) -> tuple[float | None, float | None, float, bool]:
         """Least squares of the seconds per token y = t₁ + o/L + u·x, per token so that a long request (an AR
         stretch) weighs as one observation, not as many: an error in its x would otherwise swamp the fit.
+        Returns (t₁, u, o, whether these data measured u).
 
         The fit is local (it forgets fast), a linearisation around the current load. Where the requests'
         loads barely vary next to the load itself (`MIN_LOAD_SPREAD`: every request beside about 64 others,
         or every recent round a fork of one width), the slope would be fitted from a few per cent of their
-        time, less than what a loaded client adds to timing a request (traced in `bench --load`: noise read
-        u = 0 there, t₁ 64 times too high, and runs drafted on a linear server). The time alone, t₁ and o,
-        then comes from the slowly forgetting fit (`SLOW_FORGET`), which has seen lighter load (the AR checks
-        between forks, the ends of waves of requests), and u from the local level (from that fit too where
-        the local load is under one other request: one run's AR stretches after a probe); where that fit
-        has not seen the load vary either, the slope is read as linear (s = 1), the safe side: AR until it
-        does."""
+        time, less than what a loaded client adds to timing a request. The time alone, t₁ and o, then comes
+        from the slowly forgetting fit (`SLOW_FORGET`), which has seen lighter load (the AR checks between
+        forks, the ends of waves of requests), and u from the local level (from that fit too where the local
+        load is under one other request: one run's AR stretches after a probe). Where neither fit sees the
+        load vary (a probe's single fork has faded behind many AR stretches), the slope is the one last
+        measured (`_measured_slope`), so that free branches stay free between probes; where none was ever
+        measured, linear (s = 1), the safe side: AR until a probe measures it."""
         m = self._values(self._moments)
         if m is None:
-            return None, None, 0.0
+            return None, None, 0.0, False
         sloped = self._load_variance(m) >= 1e-9
         if not sloped and m["1*x"] >= 1e-9:  # every request saw the same load, and not alone
-            return None, None, 0.0
-        if not sloped or self._slope_measured(m, self._moments):
-            return self._constrained(m, sloped)
+            return None, None, 0.0, False
+        if sloped and self._slope_measured(m, self._moments):
+            return *self._constrained(m, True), True
         slow = self._values(self._slow_moments)
         t1, per_request, overhead = (self._constrained(slow, True) if self._slope_measured(slow, self._slow_moments)
                                      else (None, None, 0.0))
         if t1 is None:
-            return self._constrained(m, True, slope=1.0)
+            remembered = self._measured_slope.value
+            if not sloped and remembered is None:  # every request alone and no slope measured yet: a probe tells
+                return *self._constrained(m, False), False
+            return *self._constrained(m, True, slope=1.0 if remembered is None else remembered), False
         if m["1*x"] < 1.0:  # beside less than one other request on average, the level says little about u
-            return t1, per_request, overhead
+            return t1, per_request, overhead, True
         per_request = (m["1*y"] - t1 - overhead * m["1*i"]) / m["1*x"]
-        return t1, min(max(0.0, per_request), self._bound(m, t1, overhead)), overhead
+        return t1, min(max(0.0, per_request), self._bound(m, t1, overhead)), overhead, True
 
     @staticmethod
     def _values(moments: dict[str, _Average]) -> dict[str, float] | None:
@@ -448,7 +464,7 @@ class CostModel:
         """Enough data to plan with: the target's time alone and its slope, and the draft's time."""
         with self._lock:
             t1, per_request, _ = self._fit()
-            return t1 is not None and per_request is not None and self._draft.value is not None
+            return t1 is not None and per_request is not None and self._draft_step.value is not None
 
     @property
     def slope_known(self) -> bool:
@@ -466,8 +482,8 @@ class CostModel:
     # would take there (B(n) is relative to it too); against the step alone, both read (1 + s(C − 1)) times
     # too high under C runs (1.3× at s = 0.1 and four runs, where drafting then looked no better than AR)
     def _c(self, concurrency: float) -> float | None:
-        step, draft = self._step_s(max(1.0, concurrency)), self._draft.value
-        return draft * self._step_tokens.value / step if step and draft is not None else None
+        step, draft = self._step_s(max(1.0, concurrency)), self._draft_step.value
+        return draft / step if step and draft is not None else None
 
     def _j(self, concurrency: float) -> float | None:
         step, judge = self._step_s(max(1.0, concurrency)), self._judge.value

@@ -698,7 +698,7 @@ class AdaptiveDepth:
                 others += (record.target_tokens_all - record.target_tokens) / record.target_tokens
             self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps,
                                       runs=runs, server_seconds=record.target_server_s)
-        self.costs.observe_draft(record.draft_s, record.draft_tokens, runs)
+        self.costs.observe_draft(record.draft_s, record.draft_steps, runs)
         if not record.depth and not record.probe_tokens:
             with self._lock:
                 self.ar_rounds += record.target_steps  # what it wrote: a stretch ends early at EOS

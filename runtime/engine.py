@@ -254,13 +254,15 @@ class Engine:
             target_tokens=max(t.completion_tokens for t in targets[: len(branches)]),
             target_tokens_all=sum(t.completion_tokens for t in targets), target_others=load.others,
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
-            draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, width=tree.width,
+            draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, draft_steps=tree.depth,
+            width=tree.width,
             measuring=measuring and bool(tree.nodes), first_candidates=first_children,
         )
 
     def _finish_round(
         self, run: _Run, walk: AcceptanceWalk, *, depth: int, judged: list[JudgedDraft], started: float,
         draft_s: float, target_s: float, judge_s: float, branches: int, target_tokens: int, draft_tokens: int,
+        draft_steps: int = 0,
         probe_tokens: int = 0, target_steps: int = 1, width: int = 1, target_tokens_all: int = 0,
         target_others: float | None = None, measuring: bool = False, target_server_s: float | None = None,
         first_candidates: int | None = None,
@@ -271,7 +273,8 @@ class Engine:
             kept=walk.kept, finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos", started=started,
             draft_s=draft_s, target_s=target_s, target_server_s=target_server_s, judge_s=judge_s,
             wall_s=time.perf_counter() - started,
-            branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, probe_tokens=probe_tokens,
+            branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, draft_steps=draft_steps,
+            probe_tokens=probe_tokens,
             target_steps=target_steps, width=width, target_tokens_all=target_tokens_all,
             output_tokens=sum(step_tokens(o) for o in walk.outputs), target_others=target_others, measuring=measuring,
             first_candidates=walk.accepted if first_candidates is None else first_candidates,
@@ -367,7 +370,7 @@ class AsyncEngine(Engine):
                     target_server_s=server_s(pipe.target_server_times, statistics.mean),
                     judge_s=judge_s / max(1, len(judged)), branches=len(pipe.target_times),
                     target_tokens=round(statistics.mean(pipe.target_tokens)) if pipe.target_tokens else 0,
-                    draft_tokens=sum(pipe.draft_tokens),
+                    draft_tokens=sum(pipe.draft_tokens), draft_steps=len(pipe.draft_times),
                     target_others=statistics.mean(pipe.target_others) if pipe.target_others else None,
                 )
             if self._done(run, record):

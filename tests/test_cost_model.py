@@ -35,7 +35,7 @@ def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0,
         index=1, depth=depth, judged=judged if depth else [], accepted=accepted, positions=positions, kept=[],
         finished=False, started=0.0, draft_s=depth * TOKENS * T * c, target_s=target_s,
         judge_s=judge_s if depth else 0.0, wall_s=1.0, branches=branches, target_tokens=tokens,
-        draft_tokens=depth * TOKENS, probe_tokens=probe, target_steps=tokens // TOKENS, width=width,
+        draft_tokens=depth * TOKENS, draft_steps=depth, probe_tokens=probe, target_steps=tokens // TOKENS, width=width,
         target_tokens_all=tokens * branches + min(probe, TOKENS),
     )
 
@@ -46,7 +46,7 @@ def test_estimates_from_scripted_timings():
     model.observe_target(1, 20 * per_token(1), 20)  # a lone step
     model.observe_target(3, 20 * per_token(3), 20)  # a fork of 3
     model.observe_target(1, 20 * per_token(5), 20, others=4)  # a lone step while other runs had 4 in flight
-    model.observe_draft(0.76, 40)  # 0.019 s/token: c = 0.38
+    model.observe_draft(0.76, 2)  # two steps of 0.38 s (a target step: 1 s): c = 0.38
     model.observe_judge(2, 0.5)
     assert model.branch_cost(1) == pytest.approx(1.0)
     assert model.branch_cost(3) == pytest.approx(1 + 0.7 * 2)  # one run: B(n) = 1 + s(n - 1)
@@ -506,7 +506,7 @@ def test_drafting_is_priced_against_ar_as_it_runs_in_stretches_that_pay_the_fixe
     def policy_with(overhead):
         costs = _fitted_costs(overhead)
         step = overhead + costs.estimate().step_tokens * T
-        costs.observe_draft(0.2 * step, costs.estimate().step_tokens)  # c = 0.2
+        costs.observe_draft(0.2 * step, 1)  # c = 0.2
         policy = AdaptiveDepth("sync", initial=2, max_depth=1, costs=costs)
         policy._tallies[1] = AcceptanceTally()
         policy._tallies[1].add(50.0, 50.0, 1.0, 1.0)  # α̂ = ½
@@ -839,7 +839,7 @@ def test_costs_are_saved_per_server_set_and_a_bad_file_starts_afresh(tmp_path):
     model = CostModel()
     model.observe_target(1, 1.0, 20)
     model.observe_target(3, 2.0, 20)
-    model.observe_draft(0.2, 20)
+    model.observe_draft(0.2, 1)
     save_costs("servers A", model, path)
     again = load_costs("servers A", path=path)
     assert again.estimate() == model.estimate() and again.ready
@@ -1074,7 +1074,7 @@ def test_the_plan_leans_toward_drafting_while_few_positions_are_judged():
     def policy_with(accepted, rejected):
         costs = _fitted_costs()
         step = costs.estimate().step_tokens * T
-        costs.observe_draft(0.25 * step, costs.estimate().step_tokens)
+        costs.observe_draft(0.25 * step, 1)
         costs.observe_judge(1, 0.25 * step)
         policy = AdaptiveDepth("sync", initial=2, max_depth=8, costs=costs)
         policy._tallies[1] = AcceptanceTally()
@@ -1092,7 +1092,7 @@ def test_one_accepted_draft_never_plans_deep_where_its_estimate_says_ar():
     The plan drafts one step to learn more, never the deep round."""
     costs = _fitted_costs(slope=0.15, loads=(0, 1, 2))
     step = costs.estimate().step_tokens * T
-    costs.observe_draft(0.6 * step, costs.estimate().step_tokens)
+    costs.observe_draft(0.6 * step, 1)
     policy = AdaptiveDepth("sync", initial=2, max_depth=8, costs=costs)
     policy._tallies[1] = AcceptanceTally()
     policy._tallies[1].add(1.0, 0.0, 1.0, 1.0)
