@@ -848,6 +848,9 @@ def test_costs_are_saved_per_server_set_and_a_bad_file_starts_afresh(tmp_path):
     assert load_costs("servers A", path=path).observations == 0
     save_costs("servers A", model, path)  # overwrites the unreadable file
     assert load_costs("servers A", path=path).ready
+    # a state saved in another format (forgetting moments, no requests) is ignored: the model starts afresh
+    path.write_text('{"servers A": {"1*y": [1.0, 0.05], "observations": 7}}')
+    assert load_costs("servers A", path=path).observations == 0
 
 
 def test_the_demo_says_what_it_measured_decided_and_projects(capsys):
