@@ -476,6 +476,40 @@ def test_a_fork_bomb_gets_no_process_whoever_runs_the_grader(monkeypatch):
     assert sandbox.limits_warning() is None
 
 
+def test_the_memory_limit_counts_the_whole_sandbox(monkeypatch):
+    """Two children of 400 MiB each held 800 MiB under a 512 MiB limit per process; now there are none,
+    and the threads of the one process share its limit."""
+    monkeypatch.setattr(sandbox, "AUDIT_HOOK", False)
+    result = run_python(textwrap.dedent("""
+        import os, threading, time
+        held = 0
+        for _ in range(2):
+            try:
+                pid = os.fork()
+            except OSError:
+                continue
+            if pid == 0:
+                block = bytearray(400 << 20)
+                time.sleep(2)
+                os._exit(0)
+            held += 400
+        blocks = []
+        def grab():
+            try:
+                blocks.append(bytearray(200 << 20))
+            except MemoryError:
+                pass
+        threads = [threading.Thread(target=grab) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        print("held", held + 200 * len(blocks))
+    """), memory_mb=512)
+    held = int(result.stdout.split("held")[1].split()[0])
+    assert held <= 512, result.output
+
+
 def test_where_forks_cannot_be_refused_eval_says_so_first(monkeypatch, sim_servers, tmp_path, capsys):
     from cli_invoke import invoke
 
