@@ -4,8 +4,9 @@
   (math-verify over sympy), so `\\frac{1}{2}` = `0.5` and `x=3` = `3`;
 - number (GSM8K): the boxed answer, or else the last number in the text, compared as a number;
 - choice (GPQA): the letter in the box, or after "answer is";
-- code (HumanEval): the last Python code block run against the tests in the sandbox (bubblewrap);
-  right only if it exits 0 and its last line of output is a per-run token printed after the tests;
+- code (HumanEval): the last Python code block, its function called by the tests from a harness process
+  in the sandbox (bubblewrap) that the code cannot reach; right only if that harness proves every test
+  passed, with a per-run token on a pipe of its own;
 - none (LiveCodeBench here): nothing to grade against;
 - judge-score (MT-Bench): a judge model's 1-10 score, given by the caller.
 """
@@ -13,13 +14,12 @@
 from __future__ import annotations
 
 import re
-import secrets
 import threading
 from dataclasses import dataclass
 from typing import Callable
 
 from lookahead_reasoning.eval.datasets import Problem
-from lookahead_reasoning.eval.sandbox import run_python
+from lookahead_reasoning.eval.sandbox import run_tests
 from lookahead_reasoning.runtime.answers import last_boxed
 
 
@@ -116,33 +116,53 @@ def extract_code(text: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def humaneval_program(prompt: str, code: str, test: str, entry_point: str) -> str:
-    """A whole function is run with the prompt's imports; a body is appended to the prompt."""
+def humaneval_solution(prompt: str, code: str, entry_point: str) -> str:
+    """The candidate's module: a whole function with the prompt's imports; a body appended to the prompt."""
     if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
-        imports = "\n".join(line for line in prompt.splitlines() if line.startswith(("import ", "from ")))
-        solution = f"{imports}\n\n{code}"
-    else:
-        solution = prompt + code
-    return f"{solution}\n\n{test}\n\ncheck({entry_point})\n"
+        return f"{_imports(prompt)}\n\n{code}"
+    return prompt + code
+
+
+def humaneval_program(prompt: str, code: str, test: str, entry_point: str) -> str:
+    """The solution and its tests as one script, as HumanEval's own harness runs them (grading runs them
+    apart: `grade_code`)."""
+    return f"{humaneval_solution(prompt, code, entry_point)}\n\n{test}\n\ncheck({entry_point})\n"
+
+
+def humaneval_setup(prompt: str) -> str:
+    """What of the prompt the tests run beside: all of it (helper functions such as `poly` or
+    `encode_cyclic` that tests call), where it compiles alone or with a `pass` body; else its imports."""
+    for text in (prompt, prompt.rstrip() + "\n    pass\n"):
+        try:
+            compile(text, "<prompt>", "exec")  # compiled only, never run here
+            return text
+        except (SyntaxError, ValueError):
+            continue
+    return _imports(prompt)
+
+
+def _imports(prompt: str) -> str:
+    return "\n".join(line for line in prompt.splitlines() if line.startswith(("import ", "from ")))
 
 
 def grade_code(problem: Problem, text: str, timeout_s: float = 10.0, unsafe_no_sandbox: bool = False) -> Grade:
-    """Right only if the program exits 0 AND its last line is a fresh token printed after `check(...)`:
-    code that exits early (`os._exit(0)`, `sys.exit(0)`) before the asserts ran is wrong."""
+    """Right only if every test passed, as the grading harness proves on a pipe of its own (eval/sandbox.py,
+    `run_tests`): the tests run in a process the code cannot reach and call its function with plain values;
+    code that exits early, prints anything, or answers with an object that claims to equal everything, fails."""
     code = extract_code(text)
     if code is None:
         return Grade(False, None, detail="no code block")
     extra = problem.extra
-    token = secrets.token_hex(16)
-    program = humaneval_program(extra["prompt"], code, extra["test"], extra["entry_point"])
-    program += f"\nprint('\\n' + {token!r}, flush=True)\n"
-    result = run_python(program, timeout_s=timeout_s, unsafe_no_sandbox=unsafe_no_sandbox)
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    finished = bool(lines) and lines[-1].strip() == token
-    if result.passed and finished:
+    result = run_tests(
+        humaneval_solution(extra["prompt"], code, extra["entry_point"]), extra["test"], extra["entry_point"],
+        setup=humaneval_setup(extra["prompt"]), timeout_s=timeout_s, unsafe_no_sandbox=unsafe_no_sandbox,
+    )
+    if result.passed:
         return Grade(True, code, detail="passed")
-    status = "failed: exited before the tests finished" if result.passed else result.status
-    return Grade(False, code, detail=f"{status}: {result.output.replace(token, '')[-300:]}")
+    status = result.status
+    if "exited before the tests finished" in result.output:
+        status = "failed: exited before the tests finished"
+    return Grade(False, code, detail=f"{status}: {result.output[-300:]}")
 
 
 Scorer = Callable[[str, str, str | None], float | None]  # (question, answer, reference) -> 1..10

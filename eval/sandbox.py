@@ -39,8 +39,24 @@ What the untrusted program gets (`_bwrap_command`):
   all and the run is killed, so the grader's memory stays bounded whatever is printed.
 The audit hook stays inside as a second layer; it is not the boundary.
 
-Where bwrap cannot run (no user namespaces, no binary), `run_python` refuses with a
-`SandboxUnavailable` error, probed once per process. `unsafe_no_sandbox=True` (the
+Grading (`run_tests`) splits the sandbox into two processes. The harness (the prelude's
+process) makes itself non-dumpable and forks the candidate before it has read anything
+secret. The candidate closes every descriptor but two pipes and its stdout and stderr,
+takes the limits, the filter and the hook, and runs the model's code. Only then does the
+harness read the tests, the prompt's helpers and a fresh token, from a descriptor the
+candidate no longer holds. It runs the tests itself and calls the candidate's function over
+the pipes, with arguments and results as plain values only (None, bool, int, float, str,
+bytes, list, tuple, dict, set, frozenset: exactly these types, not subclasses). When every
+test has passed it writes the token to a report pipe the candidate never held; the grader
+checks it there, apart from everything the candidate prints. So the candidate cannot forge
+a pass: the token is not in its file, its memory or any descriptor it holds, and the
+harness, not dumpable, is out of reach of ptrace and /proc/PID/mem. An object whose
+`__eq__` is always true cannot cross the pipe, and the tests' builtins and helper functions
+(the prompt's own) live in the harness, where the candidate cannot change them. It never
+sees the tests.
+
+Where bwrap cannot run (no user namespaces, no binary), `run_python` and `run_tests` refuse
+with a `SandboxUnavailable` error, probed once per process. `unsafe_no_sandbox=True` (the
 CLI's `--unsafe-no-sandbox`) runs the same prelude without bwrap, behind the audit hook,
 rlimits, the filter and `unshare -rn` where possible, with a warning: that is not a
 security boundary.
@@ -49,9 +65,11 @@ security boundary.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import platform
 import re
+import secrets
 import selectors
 import shutil
 import signal
@@ -69,15 +87,17 @@ from pathlib import Path
 from lookahead_reasoning.errors import LookaheadError, first_line
 
 OUTPUT_CAP = 1 << 20  # bytes of stdout + stderr kept; more and the run is killed
+REPORT_CAP = 4096  # bytes of the harness's report kept
 SCRATCH_BYTES = 64 << 20  # the sandbox's tmpfs
 FILE_BYTES = 16 << 20  # RLIMIT_FSIZE
 PROCESSES = 32  # RLIMIT_NPROC (counts threads)
+HARNESS_MB = 256  # the grading harness's address space, beside the candidate's memory_mb
 NOBODY = 65534
 AUDIT_HOOK = True  # the second layer inside the sandbox (tests turn it off to test the boundary alone)
 FORK_BAN = True  # the seccomp filter against new processes (tests turn it off to test bwrap alone)
 
 # Runs first in the sandboxed interpreter: the limits, the filter and the hook, as functions that
-# RUN_TAIL calls before it runs program.py.
+# RUN_TAIL (a program) or GRADE_TAIL (a candidate and its tests) call.
 PRELUDE = r'''
 import os, resource, sys
 
@@ -124,6 +144,137 @@ __INSTALL_HOOK__
 _run_program()
 '''
 
+# Values on the pipes between the harness and the candidate: JSON, containers tagged with their exact type.
+WIRE = r'''
+import json
+
+_TAG_OF = {list: "l", tuple: "t", set: "s", frozenset: "f"}
+_TYPE_OF = {tag: kind for kind, tag in _TAG_OF.items()}
+
+def _encode(value):
+    kind = type(value)
+    if value is None or kind is bool or kind is int or kind is float or kind is str:
+        return value
+    if kind in _TAG_OF:
+        return {_TAG_OF[kind]: [_encode(item) for item in value]}
+    if kind is dict:
+        return {"d": [[_encode(key), _encode(item)] for key, item in value.items()]}
+    if kind is bytes:
+        return {"b": value.hex()}
+    raise TypeError(f"a {kind.__name__} is not a plain value (None, bool, int, float, str, bytes, list, tuple, "
+                    "dict, set or frozenset)")
+
+def _tagged(pairs):
+    if len(pairs) == 1:
+        tag, payload = pairs[0]
+        if tag in _TYPE_OF and type(payload) is list:
+            return _TYPE_OF[tag](payload)
+        if tag == "d" and type(payload) is list:
+            return {key: item for key, item in payload}
+        if tag == "b" and type(payload) is str:
+            return bytes.fromhex(payload)
+    raise ValueError("not a plain value")
+
+def _send(fd, message):
+    data = json.dumps(message).encode()
+    data = len(data).to_bytes(8, "big") + data
+    while data:
+        data = data[os.write(fd, data):]
+
+def _read(fd, size):
+    data = bytearray()
+    while len(data) < size:
+        chunk = os.read(fd, min(size - len(data), 1 << 20))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+def _receive(fd, limit):
+    head = _read(fd, 8)
+    if head is None:
+        return None
+    size = int.from_bytes(head, "big")
+    if size > limit:
+        raise ValueError(f"a message of {size} bytes")
+    data = _read(fd, size)
+    return None if data is None else json.loads(data, object_pairs_hook=_tagged)
+'''
+
+GRADE_TAIL = r'''
+sys.stdout.flush()
+sys.stderr.flush()
+_prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace, /proc/PID/mem or /proc/PID/fd of the harness for the candidate
+_calls, _call_in = os.pipe()
+_answer_out, _answers = os.pipe()
+if os.fork() == 0:
+    # the candidate: its pipes and stdout/stderr only, then the limits, the filter, the hook and the code
+    for _fd in (__HARNESS_FD__, __REPORT_FD__, _call_in, _answer_out):
+        os.close(_fd)
+    _limit(__MEMORY__)
+    __BAN__
+    __INSTALL_HOOK__
+
+    def _serve(calls, answers, entry):
+        function = _run_program().get(entry)  # SystemExit, os._exit or an error here: the harness sees EOF
+        while True:
+            message = _receive(calls, 1 << 30)
+            if message is None:
+                os._exit(0)
+            try:
+                if not callable(function):
+                    raise NameError(f"the code defines no function {entry!r}")
+                answer = ["ok", _encode(function(*message[1], **message[2]))]
+            except Exception as error:  # the harness fails the test with it
+                try:
+                    answer = ["error", f"{type(error).__name__}: {error}"[:2000]]
+                except BaseException:
+                    answer = ["error", "an exception"]
+            _send(answers, answer)
+
+    _serve(_calls, _answers, __ENTRY__)
+    os._exit(0)
+
+os.close(_calls)
+os.close(_answers)
+_limit(__HARNESS_AS__)
+
+def _harness(call_in, answer_out):
+    parts = []
+    while chunk := os.read(__HARNESS_FD__, 1 << 16):
+        parts.append(chunk)
+    os.close(__HARNESS_FD__)
+    harness = json.loads(b"".join(parts))
+
+    class CandidateError(Exception):
+        """The code under test raised, or answered with something that is not a plain value."""
+
+    def candidate(*args, **kwargs):
+        _send(call_in, ["call", _encode(args), _encode(kwargs)])
+        answer = _receive(answer_out, 64 << 20)
+        if answer is None:
+            sys.stderr.write("sandbox: the code under test exited before the tests finished\n")
+            sys.stderr.flush()
+            os._exit(1)
+        if type(answer) is not list or len(answer) != 2 or answer[0] not in ("ok", "error"):
+            raise CandidateError("the code under test answered with something that is not a value")
+        if answer[0] == "error":
+            raise CandidateError(answer[1] if type(answer[1]) is str else "an exception")
+        return answer[1]
+
+    scope = {"__name__": "__main__", "__builtins__": __builtins__}
+    exec(compile(harness["setup"], "<prompt>", "exec"), scope)
+    scope[harness["entry_point"]] = candidate  # a test that names the function calls the candidate too
+    exec(compile(harness["test"], "<test>", "exec"), scope)
+    scope["check"](candidate)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(__REPORT_FD__, (harness["token"] + "\n").encode())
+    os._exit(0)
+
+_harness(_call_in, _answer_out)
+'''
+
 # A second layer inside bubblewrap: no sockets, subprocesses, ctypes or writes outside the cwd.
 HOOK = r'''
 def _install_hook():
@@ -167,24 +318,33 @@ class SandboxUnavailable(LookaheadError):
 
 @dataclass(frozen=True)
 class SandboxResult:
-    passed: bool  # exit status 0 within the limits
+    passed: bool  # run_python: exit status 0 within the limits; run_tests: every test passed, proven by the token
     status: str  # passed, failed, timeout, output-limit
     returncode: int | None
     output: str  # the tail of stdout, then the tail of stderr
     stdout: str = ""  # the tail of stdout alone
+    report: str = ""  # what the grading harness wrote on its report pipe (run_tests)
 
 
 _PLACEHOLDER = re.compile(r"__([A-Z]+(?:_[A-Z]+)*)__")
 
 
-def _prelude(timeout_s: float, memory_mb: int, hook: bool) -> str:
-    """The sandboxed interpreter's `-c` text: limits, filter and hook, then program.py as __main__."""
+def _prelude(timeout_s: float, memory_mb: int, hook: bool, grading: dict | None = None) -> str:
+    """The sandboxed interpreter's `-c` text: run program.py, or (`grading`: fds and entry point) serve its
+    function to the tests."""
     values = {
         "CPU": max(1, int(timeout_s) + 1), "MEMORY": memory_mb << 20, "NPROC": PROCESSES, "FSIZE": FILE_BYTES,
         "FILTER": repr(fork_ban_filter() if FORK_BAN else b""), "BAN": "_ban_forks()",
         "HOOK": HOOK if hook else "", "INSTALL_HOOK": "_install_hook()" if hook else "",
+        "HARNESS_AS": HARNESS_MB << 20,
     }
-    return _PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), PRELUDE + RUN_TAIL)
+    if grading:
+        values.update(HARNESS_FD=grading["harness_fd"], REPORT_FD=grading["report_fd"],
+                      ENTRY=repr(grading["entry_point"]))
+        text = PRELUDE + WIRE + GRADE_TAIL
+    else:
+        text = PRELUDE + RUN_TAIL
+    return _PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), text)
 
 
 # --- the filter against new processes ------------------------------------------------------------
@@ -365,35 +525,40 @@ def limits_warning() -> str | None:
             f"{nproc}")
 
 
-def _run_bwrap(bwrap: str, code: str, timeout_s: float, memory_mb: int, hook: bool) -> SandboxResult:
+def _run_bwrap(bwrap: str, code: str, timeout_s: float, memory_mb: int, hook: bool,
+               grading: dict | None = None, pass_fds: tuple[int, ...] = (), report_fd: int | None = None
+               ) -> SandboxResult:
     program_fd = os.memfd_create("program.py")  # bwrap copies it to /tmp/program.py; nothing on the host's disk
     try:
         os.write(program_fd, code.encode("utf-8", "surrogatepass"))
         os.lseek(program_fd, 0, os.SEEK_SET)
-        command = _bwrap_command(bwrap, program_fd, _prelude(timeout_s, memory_mb, hook))
+        command = _bwrap_command(bwrap, program_fd, _prelude(timeout_s, memory_mb, hook, grading))
         user = _run_as()
         identity = {} if user is None else {"user": user, "group": user, "extra_groups": []}
         process = subprocess.Popen(
             command, env={}, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, pass_fds=(program_fd,), **identity,
+            start_new_session=True, pass_fds=(program_fd, *pass_fds), **identity,
         )
     finally:
-        os.close(program_fd)
-    return _collect(process, timeout_s)
+        for fd in (program_fd, *pass_fds):  # the sandbox holds them now: the report pipe ends when it does
+            os.close(fd)
+    return _collect(process, timeout_s, report_fd)
 
 
 # --- shared: reading, limits, the end ----------------------------------------------------------
 
-def _collect(process: subprocess.Popen, timeout_s: float) -> SandboxResult:
-    """Read stdout and stderr until both close, the wall clock runs out or the output cap is reached."""
+def _collect(process: subprocess.Popen, timeout_s: float, report_fd: int | None = None) -> SandboxResult:
+    """Read stdout and stderr (and the report pipe) until they close, the wall clock runs out or the output
+    cap is reached."""
     deadline = time.monotonic() + timeout_s
     kept = {process.stdout.fileno(): bytearray(), process.stderr.fileno(): bytearray()}
+    report = bytearray()
     status = None
     total = 0
     exited_at = None
     try:
         with selectors.DefaultSelector() as selector:
-            for fd in kept:
+            for fd in [*kept, *([report_fd] if report_fd is not None else [])]:
                 os.set_blocking(fd, False)
                 selector.register(fd, selectors.EVENT_READ)
             while selector.get_map() and status is None:
@@ -412,6 +577,9 @@ def _collect(process: subprocess.Popen, timeout_s: float) -> SandboxResult:
                         continue
                     if not chunk:
                         selector.unregister(key.fd)
+                        continue
+                    if key.fd == report_fd:
+                        report += chunk[:REPORT_CAP - len(report)]
                         continue
                     room = OUTPUT_CAP - total
                     kept[key.fd] += chunk[:room]
@@ -432,7 +600,8 @@ def _collect(process: subprocess.Popen, timeout_s: float) -> SandboxResult:
     elif status == "timeout":
         stderr += f"\nsandbox: killed after {timeout_s:g} s"
     output = (stdout[-1000:] + ("\n" if stdout and not stdout.endswith("\n") else "") + stderr[-1000:])
-    return SandboxResult(status == "passed", status, process.returncode, output, stdout[-4000:])
+    return SandboxResult(status == "passed", status, process.returncode, output, stdout[-4000:],
+                         report.decode("utf-8", "replace"))
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -458,7 +627,8 @@ _UNSHARE: bool | None = None
 _WARNED = False
 
 
-def _run_unsafe(code: str, timeout_s: float, memory_mb: int) -> SandboxResult:
+def _run_unsafe(code: str, timeout_s: float, memory_mb: int, grading: dict | None = None,
+                pass_fds: tuple[int, ...] = (), report_fd: int | None = None) -> SandboxResult:
     """The same prelude without bwrap: the audit hook, rlimits, the filter and `unshare -rn`; no security
     boundary, only on explicit request."""
     global _UNSHARE, _WARNED
@@ -471,15 +641,19 @@ def _run_unsafe(code: str, timeout_s: float, memory_mb: int) -> SandboxResult:
     scratch = Path(tempfile.mkdtemp(prefix="lookahead-sandbox-"))
     try:
         (scratch / "program.py").write_text(code, encoding="utf-8")
-        command = [sys.executable, "-I", "-B", "-c", _prelude(timeout_s, memory_mb, hook=True)]
+        command = [sys.executable, "-I", "-B", "-c", _prelude(timeout_s, memory_mb, True, grading)]
         if _UNSHARE:
             command = ["unshare", "-rn", *command]
         env = {"PATH": "/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch)}
-        process = subprocess.Popen(
-            command, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True,
-        )
-        return _collect(process, timeout_s)
+        try:
+            process = subprocess.Popen(
+                command, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, pass_fds=pass_fds,
+            )
+        finally:
+            for fd in pass_fds:  # the sandbox holds them now: the report pipe ends when it does
+                os.close(fd)
+        return _collect(process, timeout_s, report_fd)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -493,3 +667,39 @@ def run_python(code: str, timeout_s: float = 10.0, memory_mb: int = 1024, unsafe
         return _run_unsafe(code, timeout_s, memory_mb)
     require_sandbox()
     return _run_bwrap(bwrap_binary() or "bwrap", code, timeout_s, memory_mb, hook=AUDIT_HOOK)
+
+
+def run_tests(solution: str, test: str, entry_point: str, setup: str = "", timeout_s: float = 10.0,
+              memory_mb: int = 1024, unsafe_no_sandbox: bool = False) -> SandboxResult:
+    """Run `solution` in the sandbox and `test`'s `check(candidate)` against its function `entry_point`.
+
+    The tests run in a harness process the solution cannot reach (the module docstring says how);
+    `setup` (the prompt's imports and helper functions, trusted) runs there before them. passed:
+    the harness reported, on its own pipe, that `check` returned, with the run's token.
+    Raises SandboxUnavailable where bwrap cannot run, unless `unsafe_no_sandbox`.
+    """
+    if not unsafe_no_sandbox:
+        require_sandbox()
+    token = secrets.token_hex(16)
+    report_out, report_in = os.pipe()
+    harness_fd = os.memfd_create("harness")
+    try:
+        data = json.dumps({"token": token, "setup": setup, "test": test, "entry_point": entry_point})
+        os.write(harness_fd, data.encode("utf-8", "surrogatepass"))
+        os.lseek(harness_fd, 0, os.SEEK_SET)
+    except BaseException:
+        for fd in (harness_fd, report_in, report_out):
+            os.close(fd)
+        raise
+    grading = {"harness_fd": harness_fd, "report_fd": report_in, "entry_point": entry_point}
+    try:  # the run closes harness_fd and report_in once the sandbox holds them
+        if unsafe_no_sandbox:
+            result = _run_unsafe(solution, timeout_s, memory_mb, grading, (harness_fd, report_in), report_out)
+        else:
+            result = _run_bwrap(bwrap_binary() or "bwrap", solution, timeout_s, memory_mb, AUDIT_HOOK, grading,
+                                (harness_fd, report_in), report_out)
+    finally:
+        os.close(report_out)
+    proven = result.status == "passed" and result.report == token + "\n"
+    status = "passed" if proven else "failed" if result.status == "passed" else result.status
+    return SandboxResult(proven, status, result.returncode, result.output, result.stdout, result.report)

@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import SHARED_DATA
 from lookahead_reasoning.eval import sandbox
 from lookahead_reasoning.eval.datasets import Problem
 from lookahead_reasoning.eval.graders import grade, grade_code
@@ -443,6 +444,150 @@ def test_as_root_with_a_reachable_interpreter_the_process_limit_binds(monkeypatc
     """))
     assert "uid 65534" in result.stdout
     assert not result.passed and "Resource temporarily unavailable" in result.output
+
+
+# --- the pass cannot be forged ----------------------------------------------------------------------
+
+HUMANEVAL_ADD = Problem(
+    id="HumanEval/add", message="m", grader="code",
+    extra={"prompt": "import math\n\n\ndef add(a: int, b: int) -> int:\n    \"\"\"Add two numbers.\"\"\"\n",
+           "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n",
+           "entry_point": "add"},
+)
+
+# Called as the function under test, when the harness holds the token: looks for a 32-hex-digit token
+# wherever the code can read (its file, /proc of every process it sees, memory of theirs by their maps,
+# their descriptors, its own descriptors and objects), prints what it found, writes it to every descriptor
+# it can, and exits 0: the audit's forgery, and every other place the token could be.
+TOKEN_HUNT = r"""
+import gc, glob, os, re, sys
+def add(a, b):
+    hex32 = re.compile(rb"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
+    found, budget = set(), [256 << 20]
+    def look(data):
+        if isinstance(data, str):
+            data = data.encode("utf-8", "replace")
+        found.update(m.decode() for m in hex32.findall(data))
+    def read(path, start=0, size=1 << 20):
+        try:
+            with open(path, "rb", buffering=0) as handle:
+                os.set_blocking(handle.fileno(), False)
+                if start:
+                    handle.seek(start)
+                look(handle.read(size) or b"")
+        except (OSError, ValueError, OverflowError):
+            pass
+    read("program.py")
+    for pattern in ("/proc/*/cmdline", "/proc/*/environ", "/proc/*/fd/*", "/tmp/*", "/tmp/.*"):
+        for path in glob.glob(pattern):
+            read(path)
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            regions = open(maps).read().splitlines()
+        except OSError:
+            continue
+        for region in regions:
+            fields = region.split()
+            low, high = (int(x, 16) for x in fields[0].split("-"))
+            if fields[1].startswith("r") and budget[0] > 0:
+                size = min(high - low, budget[0])
+                budget[0] -= size
+                read(maps[:-4] + "mem", low, size)
+    for fd in range(3, 64):
+        try:
+            os.lseek(fd, 0, 0)
+        except OSError:
+            pass
+        try:
+            os.set_blocking(fd, False)
+            look(os.read(fd, 1 << 20))
+        except OSError:
+            pass
+    for thing in gc.get_objects():
+        values = thing.values() if isinstance(thing, dict) else thing if isinstance(thing, (list, tuple)) else ()
+        for value in values:
+            if isinstance(value, (str, bytes)) and len(value) < 1 << 16:
+                look(value)
+    print("found", len(found), flush=True)
+    for token in found:
+        print(token, flush=True)
+        for fd in range(1, 64):
+            try:
+                os.write(fd, (token + "\\n").encode())
+            except OSError:
+                pass
+    os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("layers_off", [False, True])
+def test_the_pass_token_cannot_be_forged(layers_off, monkeypatch):
+    if layers_off:  # the boundary alone: no audit hook in the way of the hunt
+        monkeypatch.setattr(sandbox, "AUDIT_HOOK", False)
+    forged = ("```python\nimport os, re\nfor t in re.findall(r\"'([0-9a-f]{32})'\", open('program.py').read()):\n"
+              "    print(t, flush=True)\ndef add(a, b):\n    return a - b\nos._exit(0)\n```")
+    result = grade(HUMANEVAL_ADD, forged)
+    assert result.correct is False and "exited before the tests finished" in result.detail
+    hunt = grade(HUMANEVAL_ADD, f"```python\n{TOKEN_HUNT}```")
+    assert hunt.correct is False, hunt.detail
+    if layers_off:
+        assert "found 0" in hunt.detail, hunt.detail
+    assert grade(HUMANEVAL_ADD, "```python\ndef add(a, b):\n    return a + b\n```").correct is True
+
+
+@pytest.mark.parametrize("answer", [
+    "class Anything:\n    def __eq__(self, other):\n        return True\n\ndef add(a, b):\n    return Anything()\n",
+    "class Five(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n\n"
+    "def add(a, b):\n    return Five(0)\n",
+    "class Items(list):\n    def __eq__(self, other):\n        return True\n\ndef add(a, b):\n    return Items()\n",
+])
+def test_an_answer_that_claims_to_equal_anything_fails(answer):
+    result = grade(HUMANEVAL_ADD, f"```python\n{answer}```")
+    assert result.correct is False, result.detail
+
+
+def test_the_tests_use_the_prompts_helpers_not_the_answers():
+    """HumanEval/38 and /50 test decode with the prompt's encode: an answer that redefines encode as the
+    identity, and decode too, must not pass."""
+    problem = Problem(
+        id="HumanEval/helper", message="m", grader="code",
+        extra={"prompt": "def encode(s: str) -> str:\n    return s[::-1]\n\n\ndef decode(s: str) -> str:\n"
+                         "    \"\"\"Undo encode.\"\"\"\n",
+               "test": "def check(candidate):\n    assert candidate(encode('abc')) == 'abc'\n", "entry_point": "decode"},
+    )
+    cheat = "```python\ndef encode(s):\n    return s\n\n\ndef decode(s):\n    return s\n```"
+    assert grade(problem, cheat).correct is False
+    assert grade(problem, "```python\ndef decode(s):\n    return s[::-1]\n```").correct is True
+
+
+def test_the_tests_builtins_are_out_of_the_answers_reach():
+    problem = Problem(
+        id="HumanEval/half", message="m", grader="code",
+        extra={"prompt": "def half(x: float) -> float:\n    \"\"\"Half of x.\"\"\"\n",
+               "test": "def check(candidate):\n    assert abs(candidate(2.0) - 1.0) < 1e-6\n", "entry_point": "half"},
+    )
+    cheat = "```python\nimport builtins\nbuiltins.abs = lambda x: 0\n\ndef half(x):\n    return 7.0\n```"
+    assert grade(problem, cheat).correct is False
+    assert grade(problem, "```python\ndef half(x):\n    return x / 2\n```").correct is True
+
+
+def test_the_code_under_test_never_sees_the_tests():
+    peek = ("```python\nimport glob\ntext = open('program.py').read() + ''.join(open(p, errors='replace').read() "
+            "for p in glob.glob('/tmp/*'))\nassert 'che' + 'ck(' not in text and 'candi' + 'date' not in text, 'the tests'\n"
+            "def add(a, b):\n    return a + b\n```")
+    result = grade(HUMANEVAL_ADD, peek)
+    assert result.correct is True, result.detail
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "humaneval.jsonl").exists(), reason="needs ../shared/data/humaneval.jsonl")
+def test_every_canonical_humaneval_solution_passes_through_the_harness():
+    """Tests call the function across the pipe, with the prompt's helpers beside them: nothing right fails."""
+    from lookahead_reasoning.eval.datasets import load_problems
+
+    records = {r["task_id"]: r for r in map(json.loads, (SHARED_DATA / "humaneval.jsonl").read_text().splitlines())}
+    problems = load_problems("humaneval", SHARED_DATA / "humaneval.jsonl")
+    failed = [p.id for p in problems if not grade_code(p, f"```python\n{records[p.id]['canonical_solution']}```").correct]
+    assert len(problems) == 164 and failed == []
 
 
 # --- processes and memory: the limits bind for root too -------------------------------------------
