@@ -6,8 +6,8 @@ from contextlib import contextmanager
 import pytest
 
 from lookahead_reasoning.runtime.client_cpu import MIN_SPAN_S, WINDOW_S, ClientCpu
-from lookahead_reasoning.runtime.depth import CLIENT_CORES_TO_NARROW, CLIENT_CORES_TO_WIDEN
-from test_cost_model import T, _runs_in_threads, _shared_policy, _timed
+from lookahead_reasoning.runtime.policy.governor import CLIENT_CORES_TO_NARROW, CLIENT_CORES_TO_WIDEN
+from scripted_rounds import T, runs_in_threads, shared_policy, timed
 
 
 class ScriptedClocks:
@@ -58,11 +58,11 @@ def test_the_meter_reads_a_busy_process_busy_and_an_idle_one_idle():
 
 
 def _policy_with_meter(runs, cores):
-    """A shared policy (test_cost_model._shared_policy) whose client meter reads `cores["now"]` busy: each
+    """A shared policy (scripted_rounds.shared_policy) whose client meter reads `cores["now"]` busy: each
     observed round lets 0.1 s pass at that load."""
     clocks = ScriptedClocks()
-    policy = _shared_policy(runs)
-    policy.client_cpu = ClientCpu(cpu_clock=lambda: clocks.cpu, wall_clock=lambda: clocks.wall)
+    policy = shared_policy(runs)
+    policy.governor.client_cpu = ClientCpu(cpu_clock=lambda: clocks.cpu, wall_clock=lambda: clocks.wall)
 
     def observe(record):
         clocks.advance(0.1, cores["now"])
@@ -76,7 +76,7 @@ def _draft_rounds(policy, observe, ask, rounds):
     after each."""
     seen = []
     for _ in range(rounds):
-        observe(_timed(3, T / 2))
+        observe(timed(3, T / 2))
         seen.append(policy.draft_slots)
         [ask(i) for i in range(16)]
     return seen
@@ -91,10 +91,10 @@ def test_a_busy_client_holds_the_drafting_slots_where_they_are(cores, slots):
     with every slot taken while the client has CPU to spare, and stay where they are once it is busy (a
     busy client slows every run, while the drafting rounds still read faster than AR rounds)."""
     policy, observe = _policy_with_meter(16, {"now": cores})
-    with _runs_in_threads(policy, 16) as ask:
+    with runs_in_threads(policy, 16) as ask:
         [ask(i) for i in range(16)]
         for _ in range(2):
-            observe(_timed(0, T))
+            observe(timed(0, T))
         assert _draft_rounds(policy, observe, ask, 6) == slots
 
 
@@ -104,14 +104,14 @@ def _every_run_drafting_on_a_client_out_of_cpu():
     0.95 of a core: yields (policy, observe, ask, load), where `load["now"]` sets the client's CPU."""
     load = {"now": 0.1}
     policy, observe = _policy_with_meter(16, load)
-    with _runs_in_threads(policy, 16) as ask:
+    with runs_in_threads(policy, 16) as ask:
         [ask(i) for i in range(16)]
         for _ in range(2):
-            observe(_timed(0, T))
+            observe(timed(0, T))
         assert _draft_rounds(policy, observe, ask, 5)[-1] == 16
         load["now"] = 0.95
         for _ in range(int(WINDOW_S / 0.1)):  # the meter reads the new load within a window
-            observe(_timed(0, T))
+            observe(timed(0, T))
         yield policy, observe, ask, load
 
 
@@ -122,7 +122,7 @@ def test_a_client_out_of_cpu_halves_the_drafting_slots_whatever_the_rates_say():
         assert _draft_rounds(policy, observe, ask, 5) == [8, 4, 2, 1, 1]
         load["now"] = 0.1
         for _ in range(int(WINDOW_S / 0.1)):
-            observe(_timed(0, T))
+            observe(timed(0, T))
         assert _draft_rounds(policy, observe, ask, 2) == [2, 4]
 
 
@@ -131,11 +131,11 @@ def test_rounds_begun_before_the_slots_changed_do_not_change_them_again():
     first halves the slots; the others began before that and leave them (were each to halve them, one busy
     reading would take 16 slots to 1 within 0.1 s). The next round begun after the change halves them again."""
     with _every_run_drafting_on_a_client_out_of_cpu() as (policy, observe, ask, _):
-        in_flight = [_timed(3, T / 2) for _ in range(16)]  # begun before any of them ends
+        in_flight = [timed(3, T / 2) for _ in range(16)]  # begun before any of them ends
         for record in in_flight:
             observe(record)
         assert policy.draft_slots == 8
-        observe(_timed(3, T / 2))
+        observe(timed(3, T / 2))
         assert policy.draft_slots == 4
 
 
@@ -144,5 +144,5 @@ def test_policies_from_a_config_watch_the_client_and_scripted_ones_do_not():
     from lookahead_reasoning.runtime.depth import AdaptiveDepth, make_depth_policy
 
     policy = make_depth_policy(LookaheadConfig(adaptive_depth=True), "sync")
-    assert isinstance(policy.client_cpu, ClientCpu)
-    assert AdaptiveDepth("sync", initial=2, max_depth=8).client_cpu is None
+    assert isinstance(policy.governor.client_cpu, ClientCpu)
+    assert AdaptiveDepth("sync", initial=2, max_depth=8).governor.client_cpu is None

@@ -1,0 +1,177 @@
+"""The adaptive depth policy: the parts of this package put together behind the `DepthPolicy` protocol.
+
+Each round: the planner proposes (γ, W) from the cost model and α̂; the probe schedule may make it an AR
+check, a probe, or an AR stretch; the drafting slots may turn a drafting plan into AR. Each timed round
+feeds the cost model, the measured rates, the slots and α̂. One policy may serve concurrent runs (`lookahead
+serve`): every part is read and changed under one lock, and forgetting is per round of each run.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+from lookahead_reasoning.runtime.client_cpu import ClientCpu
+from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel, per_run
+from lookahead_reasoning.runtime.policy.alpha import ALPHA_SLOW_FORGET, Acceptance
+from lookahead_reasoning.runtime.policy.governor import GAIN_TO_WIDEN, DraftSlots
+from lookahead_reasoning.runtime.policy.planner import Estimates, Planner
+from lookahead_reasoning.runtime.policy.probes import ProbeSchedule, check_spacing
+from lookahead_reasoning.runtime.policy.rates import MeasuredRates
+from lookahead_reasoning.runtime.policy.round_plan import RoundPlan
+from lookahead_reasoning.runtime.policy.stretches import ar_step, stretch
+from lookahead_reasoning.runtime.policy.target_load import TargetLoad
+from lookahead_reasoning.runtime.results import RoundRecord
+from lookahead_reasoning.verifiers.base import ExactMatchVerifier
+
+
+class AdaptiveDepth:
+    def __init__(
+        self, mode: str, initial: int, max_depth: int, width: int = 1, forget: float = 0.9,
+        costs: CostModel | None = None, max_nodes: int | None = None, client_cpu: ClientCpu | None = None,
+    ):
+        self.forget = forget  # per round of each run: α̂'s short memory and the measured rates
+        self.costs = costs or CostModel()
+        self.planner = Planner(mode, width, initial, max_depth, max_nodes)
+        self.probes = ProbeSchedule(self.planner)
+        self.acceptance = Acceptance()
+        self.rates = MeasuredRates()
+        self.governor = DraftSlots(client_cpu)
+        self.target_load = TargetLoad()  # the target requests in flight across the runs
+        # draft once (γ = 1) even where the branches alone rule lookahead out, to measure c, j and α for a
+        # report (`lookahead demo`); runs that only want the answer fast leave this off
+        self.measure_drafting = False
+        self._lock = threading.Lock()
+
+    @property
+    def mode(self) -> str:
+        return self.planner.mode
+
+    @property
+    def width(self) -> int:
+        return self.planner.width
+
+    @property
+    def draft_slots(self) -> int:
+        return self.governor.slots
+
+    def run_started(self) -> None:
+        with self._lock:
+            self.governor.run_started()
+
+    def run_finished(self) -> None:
+        with self._lock:
+            run = threading.get_ident()
+            self.governor.run_finished(run)
+            self.probes.release(run)
+
+    def alpha_at(self, width: int, optimistic: bool = False) -> float:
+        return self.acceptance.alpha_at(width, optimistic)
+
+    @property
+    def alpha(self) -> float:
+        return self.acceptance.alpha
+
+    def measured_gain(self) -> float | None:
+        return self.rates.gain()
+
+    def estimates(self) -> Estimates:
+        """What the planner plans from now."""
+        runs = self.governor.runs
+        return Estimates(self.costs, runs, self.acceptance.alpha_at, ar_step(self.costs, runs), self.rates.gain(),
+                         self.measure_drafting)
+
+    def width_speedups(self) -> dict[int, float]:
+        return self.planner.width_speedups(self.estimates())
+
+    def probe_spacing(self) -> int:
+        return self.probes.spacing(self.estimates())
+
+    @staticmethod
+    def check_spacing(speedup: float) -> int:
+        return check_spacing(speedup)
+
+    def peek_round(self) -> RoundPlan:
+        """The plan of a drafting round that may come next (for drafting ahead); γ ≥ 1."""
+        with self._lock:
+            depth, width, _ = self.planner.plan(self.estimates())
+            return RoundPlan(depth or 1, width)
+
+    def next_round(self, seconds_left: float | None = None, first: bool = False) -> RoundPlan:
+        """The next round of the run of this thread; `seconds_left` (a deadline) caps an AR stretch to what fits
+        at the target's speed; `first`: the run's first round, which is not timed."""
+        with self._lock:
+            run = threading.get_ident()
+            self.probes.release(run)
+            e = self.estimates()
+            plan = self.probes.next_round(e, self.planner.plan(e), first, run,
+                                          lambda: RoundPlan(0, stretch_tokens=stretch(self.costs, seconds_left)[1]))
+            if self.governor.admit(run, drafts=plan.depth > 0):
+                return plan
+            # the slots are taken: AR, a short stretch where the rates say drafting pays (the slots widen soon)
+            rationed = e.gain is not None and e.gain >= GAIN_TO_WIDEN
+            return RoundPlan(0, stretch_tokens=stretch(self.costs, seconds_left, rationed)[1])
+
+    def observe(self, record: RoundRecord) -> None:
+        runs = float(self.governor.runs)
+        forget = per_run(self.forget, runs)
+        if record.index and record.target_tokens:  # a run's first round is not timed (it prefills the prompt)
+            others = record.target_others or 0.0  # measured while the round's requests were in flight
+            if record.target_tokens_all:  # a branch shorter than the longest ran beside it for part of its time
+                others += (record.target_tokens_all - record.target_tokens) / record.target_tokens
+            self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps,
+                                      runs=runs, server_seconds=record.target_server_s)
+        self.costs.observe_draft(record.draft_s, record.draft_steps, runs)
+        with self._lock:
+            if not record.depth and not record.probe_tokens:
+                self.probes.count_ar_steps(record.target_steps)  # what it wrote: a stretch ends early at EOS
+            # a probe's or a measuring round's time says nothing of how fast AR or drafting advance
+            timed = record.index and record.output_tokens and record.wall_s > 0
+            if timed and not (record.probe_tokens or record.measuring):
+                self.governor.sample_client()
+                kind = "draft" if record.depth else "ar"
+                self.rates.add(kind, self._counted_tokens(record), record.wall_s, forget, runs)
+                if record.depth:
+                    self.governor.drafting_round_timed(record.started, self.rates.gain())
+        self._observe_judge(record, runs)
+        if record.positions:
+            with self._lock:
+                self.acceptance.add(record.width, record.accepted, record.positions - record.accepted, forget,
+                                    per_run(ALPHA_SLOW_FORGET, runs))
+
+    def _counted_tokens(self, record: RoundRecord) -> float:
+        """The tokens a timed round counts in the measured rates: for a drafting round of a forking engine
+        (its time does not depend on its verdicts), what a round of its shape keeps on average at α̂; else,
+        or where the end of its problem cut it short, what it kept."""
+        if not record.depth or not self.planner.forks_itself or record.finished or not record.kept:
+            return float(record.output_tokens)
+        per_step = record.output_tokens / len(record.kept)
+        return per_step * self.planner.round_steps(record.depth, min(self.acceptance.alpha_at(record.width), 0.999))
+
+    def _observe_judge(self, record: RoundRecord, runs: float) -> None:
+        """Time the verifier by the pairs a model answered: pairs the exact-match fast path accepted cost
+        nothing and say nothing of a judged pair, so a round that judged none is left out. Where the verifier
+        is exact match alone, its rejections are "exact" too: that verifier is free, and such a round says so."""
+        judged, exact = record.judged, ExactMatchVerifier.name
+        if all(verdict.method == exact and verdict.accept for verdict in judged):
+            return
+        answered = sum(verdict.method != exact for verdict in judged)
+        if self.mode == "async" and self.width == 1:  # one pair at a time: judge_s is the mean over the pairs
+            self.costs.observe_judge(1, record.judge_s * len(judged) / max(1, answered), runs)
+        else:  # one fork of the pairs the fast path left
+            self.costs.observe_judge(max(1, answered), record.judge_s, runs)
+
+    def cost_estimate(self) -> CostEstimate | None:
+        estimate = self.costs.estimate(self.governor.runs)
+        with self._lock:
+            e = self.estimates()
+            depth, width, speedup = self.planner.plan(e)
+            return estimate.model_copy(update={
+                "alpha": self.acceptance.alpha_at(width), "planned_depth": depth, "planned_width": width,
+                "measured_gain": e.gain,
+                "draft_slots": self.governor.slots,
+                "client_cores": self.governor.client_cores(),
+                "expected_speedup": None if math.isnan(speedup) else speedup,
+                "width_speedups": {w: round(s, 3) for w, s in self.planner.width_speedups(e).items()}
+                if self.width > 1 else {},
+            })

@@ -1,0 +1,145 @@
+"""The probe schedule: the rounds that measure what the plan cannot see from the rounds it runs.
+
+- Fork probes. What a second target branch costs (the slope behind B(n)) is measured by an AR round whose
+  fork also writes the first PROBE_SHARE of the same step once more: o + L·t₁ + k·u for a short branch of k
+  tokens, at a quarter of a whole second step. The AR round before a fork probe writes a lone step, so that
+  the probe is measured beside a step alone.
+- Drafted probes. Where the branches could pay but the plan says AR, a probe drafts: the round the model
+  would run (what the measured rates must measure again), or one step where the model plans AR or its round
+  would lose more than the budget spreads over the longest spacing. They also renew α̂.
+- AR checks. While drafting wins, an AR round now and then keeps the target's time alone measured: with
+  every round at one γ the fit cannot split a fork's time between t₁ and the slope.
+- Spacing. Probes come every `spacing` AR steps, so that what they lose against AR stays within PROBE_BUDGET:
+  a fork probe loses its branch's share of a step and two more requests' fixed cost (the lone step before
+  it and its fork, where a stretch would have written both); a drafted probe loses on every step its round
+  keeps. Each fork probe after which the model still plans AR doubles the fork probes' spacing, up to
+  PROBE_BACKOFF times (a change is still seen within PROBE_BACKOFF spacings); a plan that drafts resets it.
+  AR checks are spaced likewise against what drafting gains.
+- A run's first round is never a probe nor a check: it is not timed (its request prefills the prompt). Where
+  one is due, one run at a time writes a lone step and takes the probe in its next round; the first rounds of
+  other runs meanwhile write AR stretches. A stretch is never cut short for a probe's turn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from lookahead_reasoning.runtime.policy.planner import Estimates, Plan, Planner
+from lookahead_reasoning.runtime.policy.round_plan import RoundPlan
+
+PROBE_BUDGET = 0.02  # share of the time that probes may cost while AR wins
+PROBE_SHARE = 0.25  # a fork probe's extra branch writes this share of a step (at least PROBE_MIN_TOKENS)
+PROBE_MIN_TOKENS = 4
+PROBE_SPACING = (6, 400)  # AR steps between probes: at least, at most
+PROBE_BACKOFF = 8  # fork probes' spacing doubles, up to this many times the budget's, while they leave the model at AR
+
+
+def spacing_for(loss: float) -> int:
+    """Steps between two rounds that each lose `loss` of a step, so that they cost PROBE_BUDGET at most."""
+    return min(PROBE_SPACING[1], max(PROBE_SPACING[0], math.ceil(loss / PROBE_BUDGET)))
+
+
+def check_spacing(speedup: float) -> int:
+    """Drafting rounds between AR checks: an AR round where drafting advances `speedup` times as fast."""
+    return spacing_for(1.0 - 1.0 / speedup if speedup > 1.0 else 0.0)
+
+
+def probe_tokens(step_tokens: float | None) -> int:
+    """The cap of a fork probe's short branch, for steps of `step_tokens` (None: not known yet)."""
+    return max(PROBE_MIN_TOKENS, math.ceil(PROBE_SHARE * (step_tokens or PROBE_MIN_TOKENS / PROBE_SHARE)))
+
+
+class ProbeSchedule:
+    """Counts AR steps and drafting rounds since the last probe and check; not thread-safe (the policy holds
+    its lock)."""
+
+    def __init__(self, planner: Planner) -> None:
+        self.planner = planner
+        self.ar_steps = 0  # steps AR rounds wrote since the last probe
+        self.drafting_rounds = 0  # drafting rounds since the last AR check
+        self.backoff = 1  # the fork probes' spacing multiple
+        self._lone_before_probe = False  # the lone step before a fork probe was planned
+        self._claim: int | None = None  # the run whose first round put off a due probe
+
+    def count_ar_steps(self, steps: int) -> None:
+        """An AR round (not a probe) wrote `steps` steps."""
+        self.ar_steps += steps
+
+    def release(self, run: int) -> None:
+        """`run` asks for its next round, or ended: a probe it put off is any run's to take."""
+        if self._claim == run:
+            self._claim = None
+
+    def is_fork(self, e: Estimates) -> bool:
+        """A fork probe (cheap) while the branches alone make lookahead lose, or the draft is not priced; else
+        a drafted probe."""
+        return self.planner.forks_itself and (e.costs.c() is None or self.planner.rules_drafting_out(e))
+
+    def drafted_probe(self, e: Estimates) -> tuple[int, int, float]:
+        """(γ, W, loss in AR steps) of a drafted probe (see the module docstring)."""
+        if e.costs.c() is None:
+            return 1, 1, 0.0  # nothing to price a round with yet: one step, which measures c and j
+        depth, width, _ = self.planner.model_plan(e)
+        if depth:
+            loss = self.planner.drafted_loss(e, depth, width)
+            if loss <= PROBE_BUDGET * PROBE_SPACING[1]:
+                return depth, width, loss
+        return 1, 1, self.planner.drafted_loss(e, 1, 1)
+
+    def budget_spacing(self, e: Estimates, fork: bool) -> int:
+        """AR steps between probes that keeps their loss within PROBE_BUDGET (`fork`: fork probes)."""
+        if fork:
+            share = e.costs.request_share(e.runs)
+            return spacing_for((e.costs.branch_cost(2, e.runs) - 1.0) * PROBE_SHARE + 2.0 * share)
+        if e.costs.c() is None:
+            return PROBE_SPACING[0]
+        return spacing_for(self.drafted_probe(e)[2])
+
+    def spacing(self, e: Estimates) -> int:
+        """AR steps between probes: the budget's, times the backoff for fork probes."""
+        fork = self.is_fork(e)
+        return min(PROBE_SPACING[1], self.budget_spacing(e, fork) * (self.backoff if fork else 1))
+
+    def probe_taken(self, e: Estimates, fork: bool, spacing: int) -> None:
+        """A probe is planned now, `spacing` AR steps after the last. The count keeps what it held beyond the
+        spacing, up to a probe owed by each other run in flight: runs end their stretches together and one
+        takes the probe. After a fork probe where the model plans AR, the backoff doubles."""
+        self.ar_steps = min(max(0, self.ar_steps - spacing), spacing * (e.runs - 1))
+        if fork and not self.planner.model_plan(e).depth:
+            self.backoff = min(PROBE_BACKOFF, 2 * self.backoff)
+
+    def next_round(self, e: Estimates, plan: Plan, first: bool, run: int,
+                   stretch: Callable[[], RoundPlan]) -> RoundPlan:
+        """The round of `run` where the planner says `plan`: the plan, an AR check, a probe, or an AR round
+        (`stretch()`: a stretch as stretches.py sizes it). `first`: the run's first round."""
+        depth, width, speedup = plan
+        if depth and not math.isnan(speedup):
+            self.backoff = 1  # the model plans drafting: the probes found what they watch for
+            self.drafting_rounds += 1
+            if self.drafting_rounds > check_spacing(speedup) and not first:
+                self.drafting_rounds = 0
+                return RoundPlan(0)  # an AR check
+        if depth or e.costs.target_alone_unknown:
+            return self.planner.drafting_plan(e, depth, width)
+        spacing = self.spacing(e) if e.costs.slope_known else None
+        due = spacing is None or self.ar_steps >= spacing
+        if first and due:
+            if self._claim is None:
+                self._claim = run
+                return RoundPlan(0)
+            return stretch()  # another run's next round takes it
+        if not e.costs.slope_known:
+            return RoundPlan(0, probe_tokens=probe_tokens(e.costs.step_figures()[0]))
+        if not due:
+            return stretch()
+        if not self.is_fork(e):
+            self.probe_taken(e, fork=False, spacing=spacing)
+            depth, width, _ = self.drafted_probe(e)
+            return self.planner.drafting_plan(e, depth, width)
+        if not self._lone_before_probe:
+            self._lone_before_probe = True
+            return RoundPlan(0)
+        self._lone_before_probe = False
+        self.probe_taken(e, fork=True, spacing=spacing)
+        return RoundPlan(0, probe_tokens=probe_tokens(e.costs.step_figures()[0]))
