@@ -309,3 +309,11 @@ def test_costs_are_saved_per_server_set_and_a_bad_file_starts_afresh(tmp_path):
     # a state saved in another format (forgetting moments, no requests) is ignored: the model starts afresh
     path.write_text('{"servers A": {"1*y": [1.0, 0.05], "observations": 7}}')
     assert load_costs("servers A", path=path).observations == 0
+
+
+def test_requests_all_at_one_load_beside_others_leave_the_time_alone_unknown():
+    """Every request beside exactly three others: nothing tells the time alone from what the others add."""
+    model = CostModel()
+    for tokens in (16, 32, 16, 48):
+        model.observe_target(1, tokens * 0.02, tokens, others=3)
+    assert model.estimate().target_s_per_token is None and not model.slope_known

@@ -38,6 +38,12 @@ def test_alpha_rests_on_a_long_memory_while_acceptance_holds():
     short = _tally_after(rounds, slow_forget=0.9)[100:]  # the short memory alone
     assert statistics.pstdev(long) < 0.5 * statistics.pstdev(short)
     assert abs(statistics.mean(long) - 0.7) < 0.03
+    # the policy's α̂ is that long memory (its own forgetting, 0.9 a round, is the short one)
+    policy, estimates = AdaptiveDepth("sync", initial=2, max_depth=8), []
+    for accepted, rejected in rounds:
+        policy.observe(round_record(4, accepted, accepted + rejected, branch_cost=lambda n: 1.0))
+        estimates.append(policy.alpha)
+    assert estimates[100:] == pytest.approx(long)
 
 
 def test_alpha_follows_a_change_of_acceptance_within_a_few_rounds():

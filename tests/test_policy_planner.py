@@ -175,3 +175,10 @@ def test_the_planner_plans_from_the_estimates_it_is_given():
     plan = sync.plan(estimates(costs))
     assert plan.depth >= 4 and plan.speedup > 2 and sync.plan(estimates(costs)) == plan
     assert sync.plan(estimates(costs, gain=1.02)) == Plan(0, 1, 1.0)
+
+
+def test_trees_are_capped_where_their_leaves_would_pass_the_node_budget():
+    from lookahead_reasoning.runtime.policy.planner import TREE_NODE_BUDGET, depth_limit
+
+    assert TREE_NODE_BUDGET == 16
+    assert depth_limit(8, 1) == 8 and depth_limit(8, 2) == 4 and depth_limit(8, 4) == 2 and depth_limit(3, 2) == 3

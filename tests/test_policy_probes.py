@@ -158,7 +158,8 @@ def test_probes_that_keep_finding_ar_are_spaced_further_and_drafting_resets_the_
     assert max(gaps) <= PROBE_BACKOFF * base + late and gaps[-1] >= PROBE_BACKOFF * base
     learn(policy, lambda n: 1.0, rounds=200)  # the branches turned free: a probe sees it, and the plan drafts
     assert policy.cost_estimate().planned_depth >= 3
-    assert policy.probe_spacing() == policy.probes.budget_spacing(policy.estimates(), fork=False)  # back to the budget's spacing
+    assert policy.probes.backoff == 1  # a plan that drafts resets the fork probes' spacing
+    assert policy.probe_spacing() == policy.probes.budget_spacing(policy.estimates(), fork=False)  # the budget's
 
 
 def test_probes_owed_by_runs_that_ended_their_stretches_together_are_not_lost():

@@ -71,6 +71,18 @@ def test_the_measured_rates_count_a_fork_rounds_cost_not_its_luck(mode):
         assert gains[1] == pytest.approx(4 * gains[0], rel=1e-6)
 
 
+def test_a_round_that_ends_its_problem_counts_what_it_kept():
+    """The end of the problem, not its verdicts, cut a sync round short: it counts the step it kept."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    learn(policy, lambda n: 1.0)
+    policy.rates = MeasuredRates()
+    for _ in range(2):
+        policy.observe(timed(0, T))
+        last = timed(3, T)  # 4 steps in 4 step-times, but the problem ended after one
+        policy.observe(last.model_copy(update={"kept": last.kept[:1], "output_tokens": TOKENS, "finished": True}))
+    assert policy.measured_gain() == pytest.approx(0.25)
+
+
 def _slow_drafting_verdict(policy):
     """Free branches learned, then tens of drafting rounds measured 3× slower than AR rounds: AR."""
     learn(policy, lambda n: 1.0)

@@ -47,3 +47,15 @@ def test_where_a_request_costs_as_much_as_a_step_ar_stretches_grow_to_keep_that_
     rationed = stretch(policy.costs, rationed=True)[0]
     share = lambda k: estimate.request_overhead_s / (estimate.request_overhead_s + k * step_s)  # noqa: E731
     assert rationed < steps and share(rationed) <= RATIONED_OVERHEAD < share(rationed - 1)
+
+
+def test_a_stretch_is_at_most_about_a_minute_long():
+    """A slow target (20-token steps at 1 s a token): a stretch of AR_STRETCH_STEPS would take 160 s; it writes
+    what fits in AR_STRETCH_SECONDS, so that deadlines and cancellation stay responsive."""
+    from lookahead_reasoning.runtime.cost_model import CostModel
+
+    costs = CostModel()
+    for tokens in (20, 20, 20):
+        costs.observe_target(1, tokens * 1.0, tokens)
+    steps, tokens = stretch(costs)
+    assert steps == int(AR_STRETCH_SECONDS / 20) == 3 and tokens == 60

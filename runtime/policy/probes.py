@@ -72,9 +72,8 @@ class ProbeSchedule:
             self._claim = None
 
     def is_fork(self, e: Estimates) -> bool:
-        """A fork probe (cheap) while the branches alone make lookahead lose, or the draft is not priced; else
-        a drafted probe."""
-        return self.planner.forks_itself and (e.costs.c() is None or self.planner.rules_drafting_out(e))
+        """A fork probe (cheap) while the branches alone make lookahead lose; else a drafted probe."""
+        return self.planner.forks_itself and self.planner.rules_drafting_out(e)
 
     def drafted_probe(self, e: Estimates) -> tuple[int, int, float]:
         """(γ, W, loss in AR steps) of a drafted probe (see the module docstring)."""
@@ -92,8 +91,6 @@ class ProbeSchedule:
         if fork:
             share = e.costs.request_share(e.runs)
             return spacing_for((e.costs.branch_cost(2, e.runs) - 1.0) * PROBE_SHARE + 2.0 * share)
-        if e.costs.c() is None:
-            return PROBE_SPACING[0]
         return spacing_for(self.drafted_probe(e)[2])
 
     def spacing(self, e: Estimates) -> int:
