@@ -1,16 +1,17 @@
-"""The target's timed requests as weighted rows, and the bounded least squares the cost model fits to them.
+"""The target's time per request, fitted from the timed requests: T = o + L·(t₁ + u·x) (see cost_model.py).
 
 A row is one request: i = 1/L (L its tokens), x (the other requests in flight beside it) and y = T/L, its
 seconds per token, so that a long request (an AR stretch) weighs as one observation, not as many. Each row
 has a weight in two memories, a fast and a slow one: every new row discounts the older ones by each
-memory's forgetting, and an outlier counts less from the start (cost_model.py says by how much).
+memory's forgetting, and an outlier counts less from the start (`TargetFit._inlier_weight`).
 
 The fit is y ≈ t₁ + o·i + u·x within the model's bounds: t₁ > 0, o ≥ 0, and 0 ≤ u ≤ MAX_SLOPE·(t₁ + o/L̄),
 that is a step of the mean length L̄ costs at most MAX_SLOPE more per other request in flight.
 `scipy.optimize.lsq_linear` solves it within the box bounds; where its u breaks the slope bound, the
 optimum lies on that bound (a convex problem with one more constraint), and it is solved again there,
 with u = MAX_SLOPE·(t₁ + o/L̄). o is fitted only where the lengths vary enough, apart from what the loads
-explain, to tell it from t₁ and u; else o = 0.
+explain, to tell it from t₁ and u; else o = 0. `TargetFit` chooses which memory and which fit to trust by
+the rules in cost_model.py's docstring.
 """
 
 from __future__ import annotations
@@ -26,8 +27,48 @@ MIN_LENGTH_SPREAD = 0.2  # 1/L varies at least this much (std / mean, apart from
 MIN_LOAD_SPREAD = 0.05  # the loads vary at least this much (std / mean of 1 + x) for the slope to be fitted
 MAX_ROWS = 4096  # rows kept at most; older ones, and those weighing under MIN_ROW_WEIGHT in both memories, go
 MIN_ROW_WEIGHT = 1e-9
+SAVED_ROWS = 512  # the most recent rows a saved state keeps
+SLOW_FORGET = 0.98  # per round of each run: the slow memory, which the time alone comes from where loads barely vary
+MAX_SLOPE_ERROR = 0.1  # the slope's standard error (in s) under which a fit over barely varying loads is trusted
+# outliers (see `TargetFit._inlier_weight`): a request whose time per token lies more than INLIER_SCALES typical
+# residuals from the fit counts (that / its residual)² as much; the typical residual is at least RESIDUAL_FLOOR of
+# the prediction, forgets RESIDUAL_FORGET per round of each run (faster than the fit, so that a change that lasts
+# soon becomes typical), and each residual moves it by at most RESIDUAL_CLIP times itself
+INLIER_SCALES = 2.0
+RESIDUAL_FLOOR = 0.05
+RESIDUAL_FORGET = 0.5
+RESIDUAL_CLIP = 3.0
+FIT_BEFORE_WEIGHTS = 10  # observations before the fit weighs them
 
 Fit = tuple[float | None, float | None, float]  # (t₁, u, o); None where the data cannot tell
+
+
+def per_run(forget: float, runs: float) -> float:
+    """One observation's discount of the past where `runs` runs share an estimate: `forget` per round of
+    each run, so that a memory spans the same rounds of every run at any concurrency."""
+    return forget ** (1.0 / max(1.0, runs))
+
+
+class Average:
+    """An exponentially forgetting mean: recent observations weigh more."""
+
+    def __init__(self) -> None:
+        self.weight, self.total = 0.0, 0.0
+
+    def state(self) -> list[float]:
+        return [self.weight, self.total]
+
+    def restore(self, state: list[float]) -> None:
+        self.weight, self.total = float(state[0]), float(state[1])
+
+    def add(self, value: float, forget: float, weight: float = 1.0) -> None:
+        """`value`, counting `weight` times, discounting what came before by `forget`."""
+        self.weight = forget * self.weight + weight
+        self.total = forget * self.total + weight * value
+
+    @property
+    def value(self) -> float | None:
+        return self.total / self.weight if self.weight else None
 
 
 @dataclass(frozen=True)
@@ -148,3 +189,147 @@ class Rows:
         if not np.all(np.isfinite(table)):
             raise ValueError("rows that are not numbers")
         self._rows, self._weights = table[:, :3], table[:, 3:]
+
+
+class TargetFit:
+    """The target's time per request, T = o + L·(t₁ + u·x), fitted by the rules of cost_model.py from every
+    timed target request; not thread-safe (the cost model holds its lock)."""
+
+    def __init__(self, forget: float) -> None:
+        self.forget = forget
+        self._rows = Rows()  # the timed target requests, in a fast (`forget`) and a slow (SLOW_FORGET) memory
+        self._alone = Average()  # seconds per token of requests with nothing else in flight (x = 0)
+        self._residual = Average()  # the typical |residual| of a request's seconds per token from the fit
+        self._client = Average()  # a request's seconds in the client beyond the server's own time
+        self._server_timed = Average()  # the share of requests timed by the server, forgetting slowly
+        self._step_tokens = Average()  # tokens of a step (requests that wrote one)
+        self._measured_slope = Average()  # s as the fits measured it, forgetting slowly: where the data cannot tell
+        self.observations = 0
+        self._fitted: Fit | None = None  # `fit()`, until the next observation
+
+    def _averages(self) -> dict[str, Average]:
+        return {"alone": self._alone, "residual": self._residual, "client": self._client,
+                "server timed": self._server_timed, "step tokens": self._step_tokens,
+                "measured slope": self._measured_slope}
+
+    def state(self) -> dict:
+        return ({name: avg.state() for name, avg in self._averages().items()}
+                | {"requests": self._rows.state()[-SAVED_ROWS:], "observations": self.observations})
+
+    def restore(self, state: dict) -> None:
+        """Take up a saved state; ValueError (or KeyError, TypeError) where it does not fit, and nothing changes."""
+        rows = Rows()
+        parsed = {name: [float(x) for x in state[name]][:2] for name in self._averages()}
+        rows.restore(state["requests"])
+        observations = int(state["observations"])
+        for name, avg in self._averages().items():
+            avg.restore(parsed[name])
+        self._rows, self.observations, self._fitted = rows, observations, None
+
+    @property
+    def alone_unknown(self) -> bool:
+        """No request has been timed with nothing else in flight, and the fit cannot tell t₁."""
+        return self.fit()[0] is None and self._alone.value is None
+
+    @property
+    def step_tokens(self) -> float | None:
+        return self._step_tokens.value
+
+    def observe(self, x: float, tokens: float, seconds: float, server_seconds: float | None, steps: int,
+                runs: float) -> None:
+        """A request of `tokens` tokens beside `x` others took `seconds` (`server_seconds` by the server's own
+        clock, where it says); `steps`: the steps it wrote; `runs`: the runs sharing the model."""
+        y = (server_seconds or seconds) / tokens
+        forget, slow = per_run(self.forget, runs), per_run(SLOW_FORGET, runs)
+        weight = self._inlier_weight(x, tokens, y, server_seconds is not None, per_run(RESIDUAL_FORGET, runs))
+        if server_seconds is not None:
+            self._client.add(max(0.0, seconds - server_seconds), forget)
+        self._server_timed.add(float(server_seconds is not None), slow)
+        self._rows.add(tokens, x, y, weight, forget, slow)
+        if x == 0:
+            self._alone.add(y, forget)
+        if steps == 1:
+            self._step_tokens.add(tokens, forget)
+        self.observations += 1
+        self._refit(runs)
+
+    def _inlier_weight(self, x: float, tokens: float, y: float, server_timed: bool, forget: float) -> float:
+        """The weight of a request's time per token `y` in the fit: 1 within INLIER_SCALES typical residuals of
+        what the fit predicts at its load, (that limit / its residual)² beyond; and its residual moves the typical
+        one. A stall (the server held up for a moment) slows every request in flight at once, and more of them
+        are in flight than usual, so at full weight it reads as a slope. A change that lasts is followed all
+        the same, a round or two of each run later: each residual moves the typical one by up to RESIDUAL_CLIP
+        times it."""
+        if self.observations < FIT_BEFORE_WEIGHTS:
+            return 1.0
+        t1, per_request, overhead = self.fit()
+        if t1 is None:
+            return 1.0
+        client = (self._client.value or 0.0) if server_timed else 0.0  # the fit's o holds the client's share
+        predicted = t1 + max(0.0, overhead - client) / tokens + (per_request or 0.0) * x
+        residual = abs(y - predicted)
+        typical = max(self._residual.value or 0.0, RESIDUAL_FLOOR * predicted)
+        self._residual.add(min(residual, RESIDUAL_CLIP * typical), forget)
+        limit = INLIER_SCALES * typical
+        return 1.0 if residual <= limit else (limit / residual) ** 2
+
+    def fit(self) -> Fit:
+        """(t₁, u, o): the target's seconds per token alone, the extra seconds per token per extra request
+        in flight, and a request's fixed seconds (the client's share included); None where the data cannot
+        tell. Solved once per target observation: a plan asks for it often."""
+        if self._fitted is None:
+            t1, per_request, overhead, _ = self._least_squares()
+            self._fitted = t1, per_request, overhead + (self._client.value or 0.0)
+        return self._fitted
+
+    def _refit(self, runs: float) -> None:
+        """Solve the fit after a target observation, and remember the slope s where these data measured it."""
+        t1, per_request, overhead, measured = self._least_squares()
+        self._fitted = t1, per_request, overhead + (self._client.value or 0.0)
+        tokens = self._step_tokens.value
+        if measured and t1 is not None and per_request is not None and tokens:
+            self._measured_slope.add(per_request * tokens / (overhead + tokens * t1), per_run(SLOW_FORGET, runs))
+
+    def _least_squares(self) -> tuple[float | None, float | None, float, bool]:
+        """(t₁, u, o, whether these data measured u), by the rules of the module docstring: the recent fit
+        where its loads tell the slope; else t₁ and o from the slow fit where its loads do, and u from the
+        recent level (from the slow fit too where the recent load is under one other request, whose level
+        says little of u); else the slope last measured, or linear where none was."""
+        recent = self._rows.sample()
+        if recent is None:
+            return None, None, 0.0, False
+        tokens = self._mean_tokens(recent)
+        sloped = recent.load_variance >= 1e-9
+        if not sloped and recent.mean(recent.x) >= 1e-9:  # every request saw the same load, and not alone
+            return None, None, 0.0, False
+        if sloped and self._slope_measured(recent, tokens):
+            return *recent.fit(tokens, True), True
+        slow = self._rows.sample(slow=True)
+        slow_tokens = self._mean_tokens(slow)
+        t1, per_request, overhead = (slow.fit(slow_tokens, True) if self._slope_measured(slow, slow_tokens)
+                                     else (None, None, 0.0))
+        if t1 is None:
+            remembered = self._measured_slope.value
+            if not sloped and remembered is None:  # every request alone and no slope measured yet: a probe tells
+                return *recent.fit(tokens, False), False
+            return *recent.fit(tokens, True, slope=1.0 if remembered is None else remembered), False
+        load = recent.mean(recent.x)
+        if load < 1.0:
+            return t1, per_request, overhead, True
+        per_request = (recent.mean(recent.y) - t1 - overhead * recent.mean(recent.i)) / load
+        return t1, min(max(0.0, per_request), MAX_SLOPE * (t1 + overhead / tokens)), overhead, True
+
+    def _slope_measured(self, sample: Sample, tokens: float) -> bool:
+        """Whether the slope can be fitted from `sample`: its loads varied enough, or, where they barely did
+        (many runs always in flight), the times were steady enough that the slope's standard error is under
+        MAX_SLOPE_ERROR and it does not fall with the load. The error assumes noise independent of the load:
+        only where the recent requests were all timed by the server (a client slows with its load)."""
+        if sample.load_spread:
+            return True
+        if (self._server_timed.value or 0.0) < 1.0 - 1e-9:
+            return False
+        slope, error = sample.plain_slope(tokens)
+        return error <= MAX_SLOPE_ERROR and slope >= -MAX_SLOPE_ERROR
+
+    def _mean_tokens(self, sample: Sample) -> float:
+        return self._step_tokens.value or 1.0 / sample.mean(sample.i)

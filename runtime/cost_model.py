@@ -34,23 +34,11 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from lookahead_reasoning.files import cache_dir, write_atomically
-from lookahead_reasoning.runtime.cost_fit import MAX_SLOPE, Fit, Rows, Sample
+from lookahead_reasoning.runtime.cost_fit import MAX_SLOPE, Average, Fit, TargetFit, per_run
 
 __all__ = ["MAX_SLOPE", "CostEstimate", "CostModel", "load_costs", "per_run", "save_costs"]
 
-SLOW_FORGET = 0.98  # per round of each run: the slower fit, which the time alone comes from where loads barely vary
-MAX_SLOPE_ERROR = 0.1  # the slope's standard error (in s) under which a fit over barely varying loads is trusted
 KEEP_SERVER_SETS = 20  # server sets whose costs the cache file keeps
-SAVED_ROWS = 512  # the most recent target requests a saved state keeps
-# outliers (see `_inlier_weight`): a request whose time per token lies more than INLIER_SCALES typical residuals
-# from the fit counts (that / its residual)² as much; the typical residual is at least RESIDUAL_FLOOR of the
-# prediction, forgets RESIDUAL_FORGET per round of each run (faster than the fit, so that a change that lasts
-# soon becomes typical), and each residual moves it by at most RESIDUAL_CLIP times itself
-INLIER_SCALES = 2.0
-RESIDUAL_FLOOR = 0.05
-RESIDUAL_FORGET = 0.5
-RESIDUAL_CLIP = 3.0
-FIT_BEFORE_WEIGHTS = 10  # observations before the fit weighs them
 
 
 class CostEstimate(BaseModel):
@@ -76,77 +64,36 @@ class CostEstimate(BaseModel):
     client_cores: float | None = None  # the CPU the client process used over the last second, in cores (depth.py)
 
 
-def per_run(forget: float, runs: float) -> float:
-    """One observation's discount of the past where `runs` runs share an estimate: `forget` per round of
-    each run (see the module docstring)."""
-    return forget ** (1.0 / max(1.0, runs))
-
-
-class _Average:
-    """An exponentially forgetting mean: recent observations weigh more."""
-
-    def __init__(self) -> None:
-        self.weight, self.total = 0.0, 0.0
-
-    def state(self) -> list[float]:
-        return [self.weight, self.total]
-
-    def restore(self, state: list[float]) -> None:
-        self.weight, self.total = float(state[0]), float(state[1])
-
-    def add(self, value: float, forget: float, weight: float = 1.0) -> None:
-        """`value`, counting `weight` times, discounting what came before by `forget`."""
-        self.weight = forget * self.weight + weight
-        self.total = forget * self.total + weight * value
-
-    @property
-    def value(self) -> float | None:
-        return self.total / self.weight if self.weight else None
-
-
 class CostModel:
     def __init__(self, forget: float = 0.8):
         self.forget = forget
         self._lock = threading.Lock()
-        self._rows = Rows()  # the timed target requests, in a fast (`forget`) and a slow (SLOW_FORGET) memory
-        self._alone = _Average()  # seconds per token of requests with nothing else in flight (x = 0)
-        self._residual = _Average()  # the typical |residual| of a request's seconds per token from the fit
-        self._client = _Average()  # a target request's seconds in the client beyond the server's own time
-        self._server_timed = _Average()  # the share of target requests timed by the server, forgetting slowly
-        self._draft_step = _Average()  # seconds per drafted step, its request's fixed cost included
-        self._judge = _Average()  # seconds per round / B(pairs)
-        self._step_tokens = _Average()
-        self._measured_slope = _Average()  # s as the fits measured it, forgetting slowly: where the data cannot tell
-        self.observations = 0
+        self._target = TargetFit(forget)
+        self._draft_step = Average()  # seconds per drafted step, its request's fixed cost included
+        self._judge = Average()  # seconds per round / B(pairs)
         self.version = 0  # counts every change of what the model knows: what a plan derived from it holds till
-        self._fitted: Fit | None = None  # `_fit`, until a target observation
 
-    def _averages(self) -> dict[str, _Average]:
-        return {"alone": self._alone, "residual": self._residual, "client": self._client,
-                "server timed": self._server_timed, "draft step": self._draft_step, "judge": self._judge,
-                "step_tokens": self._step_tokens, "measured slope": self._measured_slope}
+    @property
+    def observations(self) -> int:
+        """Target requests observed."""
+        return self._target.observations
 
     def state(self) -> dict:
         """What the model has learned, as plain data (see `restore`)."""
         with self._lock:
-            return ({name: avg.state() for name, avg in self._averages().items()}
-                    | {"target requests": self._rows.state()[-SAVED_ROWS:], "observations": self.observations})
+            return {"target": self._target.state(), "draft step": self._draft_step.state(), "judge": self._judge.state()}
 
     def restore(self, state: dict) -> None:
         """Take up a saved state; a state that does not fit is ignored (the model starts afresh)."""
-        rows = Rows()
+        target, draft, judge = TargetFit(self.forget), Average(), Average()
         try:
-            parsed = {name: [float(x) for x in state[name]][:2] for name in self._averages()}
-            rows.restore(state["target requests"])
-            observations = int(state.get("observations", 0))
-        except (KeyError, TypeError, ValueError):
+            target.restore(state["target"])
+            draft.restore(state["draft step"])
+            judge.restore(state["judge"])
+        except (KeyError, TypeError, ValueError, IndexError):
             return
         with self._lock:
-            for name, avg in self._averages().items():
-                avg.restore(parsed[name])
-            self._rows = rows
-            self.observations = observations
-            self._fitted = None
+            self._target, self._draft_step, self._judge = target, draft, judge
             self.version += 1
 
     # -- observations ---------------------------------------------------------------
@@ -164,21 +111,8 @@ class CostModel:
         if branches < 1 or seconds <= 0 or longest_tokens < 1:
             return
         timed = server_seconds if server_seconds is not None and 0 < server_seconds else None
-        x, tokens = branches - 1 + max(0.0, others), float(longest_tokens)
-        y = (timed or seconds) / tokens
-        forget, slow = per_run(self.forget, runs), per_run(SLOW_FORGET, runs)
         with self._lock:
-            weight = self._inlier_weight(x, tokens, y, timed is not None, per_run(RESIDUAL_FORGET, runs))
-            if timed is not None:
-                self._client.add(max(0.0, seconds - timed), forget)
-            self._server_timed.add(float(timed is not None), slow)
-            self._rows.add(tokens, x, y, weight, forget, slow)
-            if x == 0:
-                self._alone.add(y, forget)
-            if steps == 1:
-                self._step_tokens.add(longest_tokens, forget)
-            self.observations += 1
-            self._refit(runs)
+            self._target.observe(branches - 1 + max(0.0, others), float(longest_tokens), seconds, timed, steps, runs)
             self.version += 1
 
     def observe_draft(self, seconds: float, steps: int, runs: float = 1.0) -> None:
@@ -196,92 +130,14 @@ class CostModel:
                 self._judge.add(seconds / self._branch_cost(pairs, 1), per_run(self.forget, runs))
                 self.version += 1
 
-    def _inlier_weight(self, x: float, tokens: float, y: float, server_timed: bool, forget: float) -> float:
-        """The weight of a request's time per token `y` in the fit: 1 within INLIER_SCALES typical residuals of
-        what the fit predicts at its load, (that limit / its residual)² beyond; and its residual moves the typical
-        one. A stall (the server held up for a moment) slows every request in flight at once, and more of them
-        are in flight than usual, so at full weight it reads as a slope. A change that lasts is followed all
-        the same, a round or two of each run later: each residual moves the typical one by up to RESIDUAL_CLIP
-        times it."""
-        if self.observations < FIT_BEFORE_WEIGHTS:
-            return 1.0
-        t1, per_request, overhead = self._fit()
-        if t1 is None:
-            return 1.0
-        client = (self._client.value or 0.0) if server_timed else 0.0  # the fit's o holds the client's share
-        predicted = t1 + max(0.0, overhead - client) / tokens + (per_request or 0.0) * x
-        residual = abs(y - predicted)
-        typical = max(self._residual.value or 0.0, RESIDUAL_FLOOR * predicted)
-        self._residual.add(min(residual, RESIDUAL_CLIP * typical), forget)
-        limit = INLIER_SCALES * typical
-        return 1.0 if residual <= limit else (limit / residual) ** 2
-
     # -- estimates ------------------------------------------------------------------
     def _fit(self) -> Fit:
-        """(t₁, u, o): the target's seconds per token alone, the extra seconds per token per extra request
-        in flight, and a request's fixed seconds (the client's share included); None where the data cannot
-        tell. Solved once per target observation: a plan asks for it often."""
-        if self._fitted is None:
-            t1, per_request, overhead, _ = self._least_squares()
-            self._fitted = t1, per_request, overhead + (self._client.value or 0.0)
-        return self._fitted
-
-    def _refit(self, runs: float) -> None:
-        """Solve the fit after a target observation, and remember the slope s where these data measured it."""
-        t1, per_request, overhead, measured = self._least_squares()
-        self._fitted = t1, per_request, overhead + (self._client.value or 0.0)
-        tokens = self._step_tokens.value
-        if measured and t1 is not None and per_request is not None and tokens:
-            self._measured_slope.add(per_request * tokens / (overhead + tokens * t1), per_run(SLOW_FORGET, runs))
-
-    def _least_squares(self) -> tuple[float | None, float | None, float, bool]:
-        """(t₁, u, o, whether these data measured u), by the rules of the module docstring: the recent fit
-        where its loads tell the slope; else t₁ and o from the slow fit where its loads do, and u from the
-        recent level (from the slow fit too where the recent load is under one other request, whose level
-        says little of u); else the slope last measured, or linear where none was."""
-        recent = self._rows.sample()
-        if recent is None:
-            return None, None, 0.0, False
-        tokens = self._mean_tokens(recent)
-        sloped = recent.load_variance >= 1e-9
-        if not sloped and recent.mean(recent.x) >= 1e-9:  # every request saw the same load, and not alone
-            return None, None, 0.0, False
-        if sloped and self._slope_measured(recent, tokens):
-            return *recent.fit(tokens, True), True
-        slow = self._rows.sample(slow=True)
-        slow_tokens = self._mean_tokens(slow)
-        t1, per_request, overhead = (slow.fit(slow_tokens, True) if self._slope_measured(slow, slow_tokens)
-                                     else (None, None, 0.0))
-        if t1 is None:
-            remembered = self._measured_slope.value
-            if not sloped and remembered is None:  # every request alone and no slope measured yet: a probe tells
-                return *recent.fit(tokens, False), False
-            return *recent.fit(tokens, True, slope=1.0 if remembered is None else remembered), False
-        load = recent.mean(recent.x)
-        if load < 1.0:
-            return t1, per_request, overhead, True
-        per_request = (recent.mean(recent.y) - t1 - overhead * recent.mean(recent.i)) / load
-        return t1, min(max(0.0, per_request), MAX_SLOPE * (t1 + overhead / tokens)), overhead, True
-
-    def _slope_measured(self, sample: Sample, tokens: float) -> bool:
-        """Whether the slope can be fitted from `sample`: its loads varied enough, or, where they barely did
-        (many runs always in flight), the times were steady enough that the slope's standard error is under
-        MAX_SLOPE_ERROR and it does not fall with the load. The error assumes noise independent of the load:
-        only where the recent requests were all timed by the server (a client slows with its load)."""
-        if sample.load_spread:
-            return True
-        if (self._server_timed.value or 0.0) < 1.0 - 1e-9:
-            return False
-        slope, error = sample.plain_slope(tokens)
-        return error <= MAX_SLOPE_ERROR and slope >= -MAX_SLOPE_ERROR
-
-    def _mean_tokens(self, sample: Sample) -> float:
-        return self._step_tokens.value or 1.0 / sample.mean(sample.i)
+        return self._target.fit()
 
     def _step_s(self, active: float, fit: Fit | None = None) -> float | None:
         """Seconds of a target step of the mean length while `active` requests decode at once."""
         t1, per_request, overhead = fit or self._fit()
-        tokens = self._step_tokens.value
+        tokens = self._target.step_tokens
         if t1 is None or tokens is None:
             return None
         return overhead + tokens * (t1 + (per_request or 0.0) * (active - 1.0))
@@ -289,7 +145,7 @@ class CostModel:
     def _slope(self) -> float | None:
         """s: what one more request in flight adds to a step of the mean length, over that step alone."""
         per_request, alone = self._fit()[1], self._step_s(1.0)
-        return None if per_request is None or not alone else per_request * self._step_tokens.value / alone
+        return None if per_request is None or not alone else per_request * self._target.step_tokens / alone
 
     def _branch_cost(self, n: int, concurrency: float) -> float:
         fit = self._fit()
@@ -319,7 +175,7 @@ class CostModel:
     def target_alone_unknown(self) -> bool:
         """No target request has been timed yet at the least load: an AR round would tell."""
         with self._lock:
-            return self._fit()[0] is None and self._alone.value is None
+            return self._target.alone_unknown
 
     # c and j are in target steps at the load the plan is for: the theory prices a round against the step AR
     # would take there, as B(n) is (against the step alone, both would read (1 + s(C − 1)) times too high)
@@ -359,7 +215,7 @@ class CostModel:
 
     def _step_figures(self) -> tuple[float | None, float | None, float | None]:
         t1, _, overhead = self._fit()
-        return self._step_tokens.value, t1, overhead if t1 is not None else None
+        return self._target.step_tokens, t1, overhead if t1 is not None else None
 
     def estimate(self, concurrency: float = 1.0) -> CostEstimate:
         with self._lock:
