@@ -159,9 +159,6 @@ class Rows:
         self._rows = np.empty((0, 3))  # i, x, y
         self._weights = np.empty((0, 2))  # fast, slow
 
-    def __len__(self) -> int:
-        return len(self._rows)
-
     def add(self, tokens: float, x: float, y: float, weight: float, forget: float, slow_forget: float) -> None:
         """A request of `tokens` tokens beside `x` others at `y` seconds per token, counting `weight`; the
         rows before it are discounted by `forget` (fast memory) and `slow_forget` (slow memory)."""

@@ -18,7 +18,7 @@ Rules (cost_fit.py holds the least squares itself):
   that its standard error is small. Else the time alone comes from a slower fit, which has seen lighter
   load, and u from the recent level; where neither can tell, the slope last measured holds, and where none
   was, it is linear (s = 1): the safe side until a fork probe measures it.
-- A request far from what the fit predicts counts less (`_inlier_weight`): a stall of the server is not a slope.
+- A request far from what the fit predicts counts less (cost_fit.py): a stall of the server is not a slope.
 
 One model may be shared by concurrent runs (`lookahead serve`): it is thread-safe. It is saved per server set
 (`save_costs`, `load_costs`), so the next run against the same servers starts from what the last learned; a
