@@ -5,7 +5,9 @@ cost o (HTTP, scheduling, the last step's prefill), a time per token alone t₁,
 request adds per token (0 where a batch costs one request, about t₁ where it does not). A step of the mean
 length L̄ alone takes S = o + L̄·t₁, and the slope is s = u·L̄/S. When C runs share the servers, a fork of n
 branches costs B(n) = (S + L̄·u·(C·n − 1)) / (S + L̄·u·(C − 1)) target steps at that load: 1 + s(n − 1) for
-one run. The draft: c, its seconds per step (fixed cost included) over the target's step at that load. The
+one run. A fork ends with its longest branch: its token term is E[the longest of n step lengths], from what
+the target's branches wrote (step_lengths.py), so even free branches cost more than a step where steps vary
+in length. The draft: c, its seconds per step (fixed cost included) over the target's step at that load. The
 verifier: j(n), its seconds per round of one pair over that step, times B(n).
 
 Rules (cost_fit.py holds the least squares itself):
@@ -35,6 +37,7 @@ from pydantic import BaseModel
 
 from lookahead_reasoning.files import cache_dir, write_atomically
 from lookahead_reasoning.runtime.cost_fit import MAX_SLOPE, Average, Fit, TargetFit, per_run
+from lookahead_reasoning.runtime.step_lengths import StepLengths
 
 __all__ = ["MAX_SLOPE", "CostEstimate", "CostModel", "load_costs", "per_run", "save_costs"]
 
@@ -47,6 +50,7 @@ class CostEstimate(BaseModel):
     target_s_per_token: float | None = None
     request_overhead_s: float | None = None  # o: a target request's fixed seconds, the client's share included
     branch_cost: dict[int, float] = {}  # B(n) for a few widths n, at `concurrency`
+    fork_cost: dict[int, float] = {}  # the same with the fork's longest branch: what a round's fork costs
     branch_slope: float | None = None  # s: a mean step's extra time per extra concurrent request, over its time alone
     concurrency: float = 1.0  # runs sharing the servers when the estimate was made
     c: float | None = None  # the draft's time per step over the target's, at `concurrency`
@@ -71,6 +75,7 @@ class CostModel:
         self._target = TargetFit(forget)
         self._draft_step = Average()  # seconds per drafted step, its request's fixed cost included
         self._judge = Average()  # seconds per round / B(pairs)
+        self._lengths = StepLengths()  # what target branches write: a fork waits for its longest
         self.version = 0  # counts every change of what the model knows: what a plan derived from it holds till
 
     @property
@@ -81,19 +86,21 @@ class CostModel:
     def state(self) -> dict:
         """What the model has learned, as plain data (see `restore`)."""
         with self._lock:
-            return {"target": self._target.state(), "draft step": self._draft_step.state(), "judge": self._judge.state()}
+            return {"target": self._target.state(), "draft step": self._draft_step.state(), "judge": self._judge.state(),
+                    "step lengths": self._lengths.state()}
 
     def restore(self, state: dict) -> None:
         """Take up a saved state; a state that does not fit is ignored (the model starts afresh)."""
-        target, draft, judge = TargetFit(self.forget), Average(), Average()
+        target, draft, judge, lengths = TargetFit(self.forget), Average(), Average(), StepLengths()
         try:
             target.restore(state["target"])
             draft.restore(state["draft step"])
             judge.restore(state["judge"])
+            lengths.restore(state["step lengths"])
         except (KeyError, TypeError, ValueError, IndexError):
             return
         with self._lock:
-            self._target, self._draft_step, self._judge = target, draft, judge
+            self._target, self._draft_step, self._judge, self._lengths = target, draft, judge, lengths
             self.version += 1
 
     # -- observations ---------------------------------------------------------------
@@ -124,6 +131,14 @@ class CostModel:
                 self._draft_step.add(seconds / steps, per_run(self.forget, runs), weight=steps)
                 self.version += 1
 
+    def observe_step_lengths(self, tokens: list[int]) -> None:
+        """What each target branch of a round wrote (tokens): a fork waits for its longest."""
+        if tokens:
+            with self._lock:
+                for n in tokens:
+                    self._lengths.add(n)
+                self.version += 1
+
     def observe_judge(self, pairs: int, seconds: float, runs: float = 1.0) -> None:
         if pairs > 0 and seconds > 0:
             with self._lock:
@@ -134,10 +149,14 @@ class CostModel:
     def _fit(self) -> Fit:
         return self._target.fit()
 
-    def _step_s(self, active: float, fit: Fit | None = None) -> float | None:
-        """Seconds of a target step of the mean length while `active` requests decode at once."""
+    def _step_tokens(self) -> float | None:
+        """A target step's mean length: of what its branches wrote, else of the requests the fit has seen."""
+        return self._lengths.mean() or self._target.step_tokens
+
+    def _step_s(self, active: float, fit: Fit | None = None, tokens: float | None = None) -> float | None:
+        """Seconds of a target step of the mean length (or of `tokens`) while `active` requests decode at once."""
         t1, per_request, overhead = fit or self._fit()
-        tokens = self._target.step_tokens
+        tokens = tokens or self._step_tokens()
         if t1 is None or tokens is None:
             return None
         return overhead + tokens * (t1 + (per_request or 0.0) * (active - 1.0))
@@ -145,18 +164,28 @@ class CostModel:
     def _slope(self) -> float | None:
         """s: what one more request in flight adds to a step of the mean length, over that step alone."""
         per_request, alone = self._fit()[1], self._step_s(1.0)
-        return None if per_request is None or not alone else per_request * self._target.step_tokens / alone
+        return None if per_request is None or not alone else per_request * self._step_tokens() / alone
 
-    def _branch_cost(self, n: int, concurrency: float) -> float:
+    def _branch_cost(self, n: int, concurrency: float, longest: bool = False) -> float:
+        """A fork of n branches of the mean length over a step at the same load; `longest`: the fork ends with its
+        longest branch, E[the longest of n step lengths] tokens."""
         fit = self._fit()
         c = max(1.0, concurrency)
-        alone, forked = self._step_s(c, fit), self._step_s(c * n, fit)
+        tokens = self._lengths.longest(n) if longest else None
+        alone, forked = self._step_s(c, fit), self._step_s(c * n, fit, tokens=tokens)
         return forked / alone if alone and forked else 1.0
 
     def branch_cost(self, n: int, concurrency: float = 1.0) -> float:
-        """B(n) when `concurrency` runs share the servers (1 where nothing is known)."""
+        """B(n) when `concurrency` runs share the servers: n branches of one length over one (1 where nothing is
+        known); what `lookahead servers probe` measures."""
         with self._lock:
             return self._branch_cost(n, concurrency)
+
+    def fork_cost(self, n: int, concurrency: float = 1.0) -> float:
+        """What a round's fork of n target branches costs in target steps: B(n), with the fork's longest branch
+        in place of a step of the mean length (what the theory prices a round's fork at)."""
+        with self._lock:
+            return self._branch_cost(n, concurrency, longest=True)
 
     @property
     def ready(self) -> bool:
@@ -215,7 +244,7 @@ class CostModel:
 
     def _step_figures(self) -> tuple[float | None, float | None, float | None]:
         t1, _, overhead = self._fit()
-        return self._target.step_tokens, t1, overhead if t1 is not None else None
+        return self._step_tokens(), t1, overhead if t1 is not None else None
 
     def estimate(self, concurrency: float = 1.0) -> CostEstimate:
         with self._lock:
@@ -225,6 +254,8 @@ class CostModel:
                 target_s_per_token=t1,
                 request_overhead_s=overhead,
                 branch_cost={n: round(self._branch_cost(n, concurrency), 3) for n in (2, 3, 5)}
+                if slope is not None else {},
+                fork_cost={n: round(self._branch_cost(n, concurrency, longest=True), 3) for n in (2, 3, 5)}
                 if slope is not None else {},
                 branch_slope=slope,
                 c=self._c(concurrency),

@@ -255,6 +255,7 @@ class Engine:
             target_tokens_all=sum(t.completion_tokens for t in targets), target_others=load.others,
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, draft_steps=tree.depth,
+            branch_tokens=[t.completion_tokens for t in targets[: len(branches)]],
             width=tree.width,
             measuring=measuring and bool(tree.nodes), first_candidates=first_children,
         )
@@ -262,7 +263,7 @@ class Engine:
     def _finish_round(
         self, run: _Run, walk: AcceptanceWalk, *, depth: int, judged: list[JudgedDraft], started: float,
         draft_s: float, target_s: float, judge_s: float, branches: int, target_tokens: int, draft_tokens: int,
-        draft_steps: int = 0,
+        draft_steps: int = 0, branch_tokens: list[int] | None = None,
         probe_tokens: int = 0, target_steps: int = 1, width: int = 1, target_tokens_all: int = 0,
         target_others: float | None = None, measuring: bool = False, target_server_s: float | None = None,
         first_candidates: int | None = None,
@@ -274,6 +275,7 @@ class Engine:
             draft_s=draft_s, target_s=target_s, target_server_s=target_server_s, judge_s=judge_s,
             wall_s=time.perf_counter() - started,
             branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, draft_steps=draft_steps,
+            branch_tokens=branch_tokens or [],
             probe_tokens=probe_tokens,
             target_steps=target_steps, width=width, target_tokens_all=target_tokens_all,
             output_tokens=sum(step_tokens(o) for o in walk.outputs), target_others=target_others, measuring=measuring,
@@ -371,6 +373,7 @@ class AsyncEngine(Engine):
                     judge_s=judge_s / max(1, len(judged)), branches=len(pipe.target_times),
                     target_tokens=round(statistics.mean(pipe.target_tokens)) if pipe.target_tokens else 0,
                     draft_tokens=sum(pipe.draft_tokens), draft_steps=len(pipe.draft_times),
+                    branch_tokens=list(pipe.target_tokens),
                     target_others=statistics.mean(pipe.target_others) if pipe.target_others else None,
                 )
             if self._done(run, record):

@@ -57,6 +57,7 @@ class RoundRecord(BaseModel):
     target_others: float | None = None  # other runs' target requests in flight, on average, during its fork
     draft_tokens: int = 0  # completion tokens drafted for this round (one candidate per level for trees)
     draft_steps: int = 0  # draft requests one after another (a tree's levels)
+    branch_tokens: list[int] = []  # tokens each target branch wrote: a sample of the target's step lengths
     # accepted positions from the round's start that were each level's first candidate (all, for a chain): the
     # path the async tree engine drafts the next window from, so whether that window can be used
     first_candidates: int = 0

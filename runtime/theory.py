@@ -27,7 +27,8 @@ The paper also prices a fork of the target's branches like one target step. Writ
 B(n) for the time of a fork of n target branches over the time of one target step:
 B ≈ 1 on an idle GPU (decoding is memory-bound, a batch is nearly free), B → n where
 the server has no spare parallel capacity (a CPU, or a GPU busy with other requests).
-A sync round then costs c·γ + B(γ+1) + j target-step times; the async verification
+A fork ends with its longest branch, so where steps vary in length B(n) prices n branches at the
+expected longest of n steps (cost_model.py's `fork_cost`). A sync round then costs c·γ + B(γ+1) + j target-step times; the async verification
 stage costs B + j, so S_j,B(k, α, c) = S(k, α, c / (B + j)) / (B + j). A tree forks
 once per distinct target prefix (`tree_branches`). With B = 1 everything above is
 the formula without the branch term.

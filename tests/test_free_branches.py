@@ -90,3 +90,19 @@ def test_a_draft_step_is_priced_by_its_time_whatever_its_length():
         model.observe_draft(sum(OVERHEAD_S + 0.3 * PER_TOKEN_S * n for n in lengths), len(lengths))
     step = OVERHEAD_S + PER_TOKEN_S * 50
     assert model.c() == pytest.approx((OVERHEAD_S + 0.3 * PER_TOKEN_S * 25.8) / step, rel=0.15)
+
+
+def test_a_fork_is_priced_by_its_longest_branch_where_steps_vary_in_length():
+    rng = random.Random(2)
+    model = CostModel()
+    for tokens in (40, 60, 40, 60):
+        _observe(model, rng, tokens)
+    _observe(model, rng, 50, others=1.0)  # free branches
+    model.observe_step_lengths([20, 80] * 10)
+    assert model.branch_cost(2) == pytest.approx(1.0, abs=0.05)  # n branches of one length: free
+    longest, mean = 20 * 0.25 + 80 * 0.75, 50  # two branches: both 20 tokens only a quarter of the time
+    expected = (OVERHEAD_S + PER_TOKEN_S * longest) / (OVERHEAD_S + PER_TOKEN_S * mean)
+    assert model.fork_cost(2) == pytest.approx(expected, rel=0.05)
+    assert model.estimate().fork_cost[2] == pytest.approx(expected, rel=0.05)
+    model.observe_step_lengths([50] * 64)  # steps of one length: the fork costs what its branches do
+    assert model.fork_cost(2) == pytest.approx(model.branch_cost(2))

@@ -122,6 +122,7 @@ class AdaptiveDepth:
             self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps,
                                       runs=runs, server_seconds=record.target_server_s)
         self.costs.observe_draft(record.draft_s, record.draft_steps, runs)
+        self.costs.observe_step_lengths(record.branch_tokens)
         with self._lock:
             if not record.depth and not record.probe_tokens:
                 self.probes.count_ar_steps(record.target_steps)  # what it wrote: a stretch ends early at EOS

@@ -87,7 +87,7 @@ class Planner:
 
     def speedup(self, e: Estimates, depth: int, width: int, alpha: float, c: float, judge: float) -> float:
         """The expected speedup of a round of (γ, W) over AR as it runs here."""
-        branch_cost = lambda n: e.costs.branch_cost(n, e.runs)  # noqa: E731
+        branch_cost = lambda n: e.costs.fork_cost(n, e.runs)  # noqa: E731
         return engine_speedup(self.mode, depth, alpha, c, judge, width, branch_cost, self.max_nodes,
                               self.window) * e.ar_step
 

@@ -1,0 +1,54 @@
+"""What a fork's longest branch costs: the target's step lengths, and the expected longest of n.
+
+A fork of n target branches ends when its longest branch does. With free branches (B ≈ 1 per token) a
+fork still takes longer than one step when steps vary in length: its time follows the longest of n
+steps, E[max of n], not the mean step. On the CPU Qwen pair, where target steps run from a few tokens
+to the cap, that is what a round pays beyond B(n). The lengths are the target's own kept steps (each
+round keeps one; an AR stretch keeps several), a sample of what a branch writes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+KEEP = 64  # recent steps the estimate rests on
+
+
+def expected_longest(lengths: list[float], n: int) -> float:
+    """E[max of n draws with replacement from `lengths`]: Σ x₍ᵢ₎ ((i/N)ⁿ − ((i−1)/N)ⁿ) over the sorted lengths."""
+    if not lengths:
+        raise ValueError("no lengths")
+    ordered, size = sorted(lengths), len(lengths)
+    return sum(x * ((i / size) ** n - ((i - 1) / size) ** n) for i, x in enumerate(ordered, start=1))
+
+
+class StepLengths:
+    """The lengths (tokens) of the target's recent steps; thread-safe (runs share it)."""
+
+    def __init__(self, keep: int = KEEP):
+        self._recent: deque[int] = deque(maxlen=keep)
+        self._lock = threading.Lock()
+
+    def add(self, tokens: int) -> None:
+        if tokens > 0:
+            with self._lock:
+                self._recent.append(tokens)
+
+    def state(self) -> list[int]:
+        with self._lock:
+            return list(self._recent)
+
+    def restore(self, lengths: list[int]) -> None:
+        with self._lock:
+            self._recent.clear()
+            self._recent.extend(int(n) for n in lengths if int(n) > 0)
+
+    def mean(self) -> float | None:
+        with self._lock:
+            return sum(self._recent) / len(self._recent) if self._recent else None
+
+    def longest(self, n: int) -> float | None:
+        """E[the longest of n steps], tokens; None before any step."""
+        with self._lock:
+            return expected_longest(list(self._recent), n) if self._recent else None
