@@ -93,9 +93,9 @@ def demo(
             group.start()
         if group.device == "cpu":
             err.print(
-                "[yellow]CPU mode: a CPU server runs parallel requests at about linear cost, so the target's "
-                "branches are not free here as they are on a GPU. The adaptive policy measures this and "
-                "decides; the summary says what it found.[/]"
+                "[yellow]CPU mode: what the target's parallel branches, the draft and the judge cost depends on "
+                "the CPU (nearly free branches in bfloat16 on AMX, about linear in float32). The adaptive policy "
+                "measures them and decides; the summary says what it found.[/]"
             )
         reasoner = LookaheadReasoner(group.endpoints(), config)
         if hasattr(reasoner.policy, "measure_drafting"):

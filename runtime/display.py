@@ -9,7 +9,7 @@ from rich.table import Table
 from lookahead_reasoning.runtime.cost_model import CostEstimate
 from lookahead_reasoning.runtime.depth import DepthPolicy
 from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord
-from lookahead_reasoning.runtime.theory import best_depth
+from lookahead_reasoning.runtime.theory import best_depth, engine_speedup
 
 
 def _short(text: str, width: int = 90) -> str:
@@ -148,8 +148,16 @@ def print_cost_story(console: Console, result: LookaheadResult, engine: str = "s
                   f"j = {j} (one judged pair, in target steps), α = {shown_alpha}")
     if estimate.planned_depth == 0:
         worst = max(estimate.branch_cost.values())
-        console.print(f"[bold]decision:[/] branches cost up to {worst:.1f}× one step here, so LR would lose: "
-                      "running as AR (with a rare probe)")
+        if worst >= 1.5 or estimate.c is None or alpha is None:
+            console.print(f"[bold]decision:[/] branches cost up to {worst:.1f}× one step here, so LR would lose: "
+                          "running as AR (with a rare probe)")
+        else:
+            slope = estimate.branch_slope or 0.0
+            best = max(engine_speedup(engine, depth, min(alpha, 0.999), max(estimate.c, 1e-3), estimate.j or 0.0,
+                                      branch_cost=lambda n: 1.0 + slope * (n - 1)) for depth in range(1, 9))
+            console.print(f"[bold]decision:[/] branches are nearly free here, but at c = {estimate.c:.2f} and "
+                          f"α = {alpha:.2f} drafting would give at most {best:.2f}× AR: running as AR "
+                          "(with a rare probe)")
     else:
         width = f", W = {estimate.planned_width}" if (estimate.planned_width or 1) > 1 else ""
         console.print(f"[bold]decision:[/] drafting γ = {estimate.planned_depth}{width}, expected "

@@ -182,3 +182,19 @@ def test_trees_are_capped_where_their_leaves_would_pass_the_node_budget():
 
     assert TREE_NODE_BUDGET == 16
     assert depth_limit(8, 1) == 8 and depth_limit(8, 2) == 4 and depth_limit(8, 4) == 2 and depth_limit(3, 2) == 3
+
+
+def test_the_demo_names_the_draft_as_the_reason_where_branches_are_free_but_ar_wins(capsys):
+    from rich.console import Console
+
+    from lookahead_reasoning.runtime.cost_model import CostEstimate
+    from lookahead_reasoning.runtime.display import print_cost_story
+    from lookahead_reasoning.runtime.results import LookaheadResult, RunStats
+
+    estimate = CostEstimate(branch_cost={2: 1.0, 3: 1.01, 5: 1.02}, branch_slope=0.005, c=0.6, j=0.1,
+                            planned_depth=0, alpha=0.4)
+    result = LookaheadResult(text="", answer=None, steps=[], round_log=[],
+                             stats=RunStats(acceptance_rate=0.4, cost_model=estimate))
+    print_cost_story(Console(width=200), result)
+    out = capsys.readouterr().out
+    assert "branches are nearly free here, but at c = 0.60 and α = 0.40 drafting would give at most 0.82× AR" in out
