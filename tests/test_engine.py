@@ -404,9 +404,9 @@ def test_a_draft_failing_inside_an_async_round_keeps_the_target_step_and_counts_
     assert "draft failed" in result.stats.degraded[0]
 
 
-def test_adaptive_first_rounds_time_the_target_alone_then_a_short_fork_probe():
-    """Rounds 1 and 2 run the target alone (the first prefills the prompt: not timed); round 3 forks the
-    first quarter of its step once more (B(2)); the probe's branch is measured, never kept."""
+def test_adaptive_first_rounds_time_the_target_alone_then_a_fork_probe():
+    """Rounds 1 and 2 run the target alone (the first prefills the prompt: not timed); round 3 forks its step
+    once more (B(2)); the probe's branch is measured, never kept."""
     steps = [" ".join(f"w{i}x{k}" for k in range(16)) for i in range(4)]
     models = ScriptedModels(steps)
     config = LookaheadConfig(depth=2, adaptive_depth=True, max_step_tokens=32)
@@ -414,7 +414,7 @@ def test_adaptive_first_rounds_time_the_target_alone_then_a_short_fork_probe():
     first, second, third = result.round_log[:3]
     assert (first.depth, first.branches, first.probe_tokens) == (0, 1, 0)
     assert (second.depth, second.branches, second.probe_tokens) == (0, 1, 0)
-    assert (third.depth, third.branches, third.probe_tokens) == (0, 1, 4)  # a quarter of a 16-token step
+    assert (third.depth, third.branches, third.probe_tokens) == (0, 1, 16)  # the 16-token step once more
     assert result.text == DELIM.join(steps)
 
 

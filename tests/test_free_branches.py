@@ -106,3 +106,19 @@ def test_a_fork_is_priced_by_its_longest_branch_where_steps_vary_in_length():
     assert model.estimate().fork_cost[2] == pytest.approx(expected, rel=0.05)
     model.observe_step_lengths([50] * 64)  # steps of one length: the fork costs what its branches do
     assert model.fork_cost(2) == pytest.approx(model.branch_cost(2))
+
+
+def test_the_first_fork_probe_measures_free_branches_where_steps_vary_in_length():
+    """The probe's extra branch is the step once more: beside a 68-token step after a 27-token lone step, a
+    quarter-step branch (7 tokens) is too slight a load to fit the slope from, and the model stays linear."""
+    from lookahead_reasoning.runtime.policy.probes import probe_tokens
+
+    def after_probe(extra_tokens: int) -> float:
+        rng = random.Random(3)
+        model = CostModel()
+        _observe(model, rng, 27)  # the lone step before the probe
+        _observe(model, rng, 68, others=min(extra_tokens, 68) / 68)  # the probe: free, whatever its extra branch
+        return model.branch_cost(2)
+
+    assert after_probe(probe_tokens(27)) == pytest.approx(1.0, abs=0.1)
+    assert after_probe(7) == pytest.approx(2.0, abs=0.01)

@@ -3,7 +3,7 @@
 import pytest
 
 from lookahead_reasoning.runtime.depth import AdaptiveDepth, RoundPlan
-from lookahead_reasoning.runtime.policy.probes import PROBE_BACKOFF, PROBE_BUDGET, PROBE_SHARE
+from lookahead_reasoning.runtime.policy.probes import PROBE_BACKOFF, PROBE_BUDGET, PROBE_SHARE, PROBE_SPACING
 from lookahead_reasoning.runtime.policy.stretches import AR_STRETCH_STEPS
 from lookahead_reasoning.runtime.theory import engine_speedup
 from scripted_rounds import TOKENS, T, learn, round_record, runs_in_threads, shared_policy
@@ -13,8 +13,8 @@ def test_the_cold_start_times_the_target_alone_then_forks_a_probe_then_measures_
     policy = AdaptiveDepth("sync", initial=3, max_depth=8)
     assert policy.next_round() == RoundPlan(0)  # first the target alone: the lone step
     policy.observe(round_record(0, 0, 0, branch_cost=float))
-    plan = policy.next_round()  # then a quarter of the same step once more in the fork: B(2)
-    assert plan.depth == 0 and plan.probe_tokens == TOKENS // 4
+    plan = policy.next_round()  # then the same step once more in the fork: B(2)
+    assert plan.depth == 0 and plan.probe_tokens == TOKENS
     probe = plan.probe_tokens
     free = lambda n: 1.0  # noqa: E731
     policy.observe(round_record(0, 0, 0, branch_cost=free, probe=probe))
@@ -155,7 +155,7 @@ def test_probes_that_keep_finding_ar_are_spaced_further_and_drafting_resets_the_
     # the spacing, up to PROBE_BACKOFF times the budget's
     assert base <= gaps[1] <= base + late
     assert all(later >= 1.5 * earlier for earlier, later in zip(gaps[1:3], gaps[2:4]))
-    assert max(gaps) <= PROBE_BACKOFF * base + late and gaps[-1] >= PROBE_BACKOFF * base
+    assert max(gaps) <= PROBE_BACKOFF * base + late and gaps[-1] >= min(PROBE_BACKOFF * base, PROBE_SPACING[1])
     learn(policy, lambda n: 1.0, rounds=200)  # the branches turned free: a probe sees it, and the plan drafts
     assert policy.cost_estimate().planned_depth >= 3
     assert policy.probes.backoff == 1  # a plan that drafts resets the fork probes' spacing

@@ -1,9 +1,10 @@
 """The probe schedule: the rounds that measure what the plan cannot see from the rounds it runs.
 
 - Fork probes. What a second target branch costs (the slope behind B(n)) is measured by an AR round whose
-  fork also writes the first PROBE_SHARE of the same step once more: o + L·t₁ + k·u for a short branch of k
-  tokens, at a quarter of a whole second step. The AR round before a fork probe writes a lone step, so that
-  the probe is measured beside a step alone.
+  fork also writes the same step once more: o + L·(t₁ + u), a second request beside the whole step. A shorter
+  branch of k tokens adds only k·u, which the noise of a long step's L·t₁ hides where steps vary in length
+  (its load, k/L, then varies too little for the slope to be fitted at all). The AR round before a fork
+  probe writes a lone step, so that the probe is measured beside a step alone.
 - Drafted probes. Where the branches could pay but the plan says AR, a probe drafts: the round the model
   would run (what the measured rates must measure again), or one step where the model plans AR or its round
   would lose more than the budget spreads over the longest spacing. They also renew α̂.
@@ -29,7 +30,7 @@ from lookahead_reasoning.runtime.policy.planner import Estimates, Plan, Planner
 from lookahead_reasoning.runtime.policy.round_plan import RoundPlan
 
 PROBE_BUDGET = 0.02  # share of the time that probes may cost while AR wins
-PROBE_SHARE = 0.25  # a fork probe's extra branch writes this share of a step (at least PROBE_MIN_TOKENS)
+PROBE_SHARE = 1.0  # a fork probe's extra branch writes this share of a step (at least PROBE_MIN_TOKENS)
 PROBE_MIN_TOKENS = 4
 PROBE_SPACING = (6, 400)  # AR steps between probes: at least, at most
 PROBE_BACKOFF = 8  # fork probes' spacing doubles, up to this many times the budget's, while they leave the model at AR
