@@ -272,6 +272,45 @@ def test_unknown_fields_stay_ignored(frontend):
     assert res.status_code == 200, res.text
 
 
+@pytest.mark.parametrize("route, field, value", [
+    (CHAT, "logprobs", True),
+    (CHAT, "top_logprobs", 5),
+    (CHAT, "tools", [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]),
+    (CHAT, "tool_choice", "required"),
+    (CHAT, "tool_choice", {"type": "function", "function": {"name": "add"}}),
+    (CHAT, "functions", [{"name": "add", "parameters": {"type": "object"}}]),
+    (CHAT, "function_call", {"name": "add"}),
+    (CHAT, "response_format", {"type": "json_object"}),
+    (CHAT, "response_format", {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}),
+    (CHAT, "logit_bias", {"50256": -100}),
+    ("/v1/completions", "logprobs", 1),
+    ("/v1/completions", "echo", True),
+    ("/v1/completions", "best_of", 3),
+    ("/v1/completions", "suffix", "!"),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_unsupported_openai_fields_are_400s_naming_the_field(frontend, route, field, value, stream):
+    body = {"messages": QUESTION} if route == CHAT else {"prompt": "What is two and three?"}
+    res = requests.post(frontend.url + route, json={**body, field: value, "stream": stream}, timeout=60)
+    assert res.status_code == 400, res.text
+    error = res.json()["error"]
+    assert error == {"message": error["message"], "type": "invalid_request_error", "param": field, "code": 400}
+    assert error["message"].startswith(f"{field}: not supported")
+
+
+@pytest.mark.parametrize("extra", [
+    {"logprobs": False}, {"logprobs": None}, {"top_logprobs": 0}, {"tools": []}, {"tools": None},
+    {"tool_choice": "none"}, {"tool_choice": "auto"}, {"functions": []}, {"function_call": "none"},
+    {"response_format": {"type": "text"}}, {"response_format": None}, {"logit_bias": {}},
+])
+def test_unsupported_fields_that_ask_for_nothing_are_accepted(frontend, extra):
+    res = chat(frontend, max_tokens=40, **extra)
+    assert res.status_code == 200, res.text
+    completion = requests.post(frontend.url + "/v1/completions", timeout=60, json={
+        "prompt": "q", "max_tokens": 40, "echo": False, "best_of": 1, "suffix": None, "logprobs": None})
+    assert completion.status_code == 200, completion.text
+
+
 # --- reasoning_content --------------------------------------------------------------------------
 
 THINKING = ["<think>We add two and three.\n\n", "That makes five.</think>\n\n", "The answer is 5."]

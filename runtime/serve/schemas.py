@@ -6,11 +6,41 @@ from pathlib import Path
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 LR_MODEL = "lookahead"
 AR_MODEL = "target"
 MAX_STOP = 4  # stop strings per request, as OpenAI allows
+
+# OpenAI fields this server does not implement: each is a 400 naming it unless it holds a value that
+# asks for nothing (what the predicate accepts); the text says which values are accepted
+_NO_LIST = (lambda v: v is None or v == [], "null or []")
+_NOTHING = (lambda v: v is None or v is False, "null or false")
+UNSUPPORTED = {
+    "logprobs": _NOTHING,
+    "top_logprobs": (lambda v: v is None or (type(v) is int and v == 0), "null or 0"),
+    "logit_bias": (lambda v: v is None or v == {}, "null or {}"),
+    "tools": _NO_LIST,
+    "functions": _NO_LIST,
+    "tool_choice": (lambda v: v is None or v in ("none", "auto"), '"none", "auto" (without tools) or null'),
+    "function_call": (lambda v: v is None or v in ("none", "auto"), '"none", "auto" (without functions) or null'),
+    "response_format": (lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
+                        '{"type": "text"} or null; "json_object" and "json_schema" are not implemented'),
+    "echo": _NOTHING,
+    "best_of": (lambda v: v is None or (type(v) is int and v == 1), "null or 1"),
+    "suffix": (lambda v: v is None or v == "", 'null or ""'),
+}
+
+
+def _unsupported(value: Any, info: ValidationInfo) -> Any:
+    harmless, accepted = UNSUPPORTED[info.field_name]
+    if not harmless(value):
+        raise ValueError(f"not supported by this server; omit it or send {accepted}")
+    return value
+
+
+def _unsupported_field(name: str) -> Any:
+    return Field(None, description=f"not supported: only {UNSUPPORTED[name][1]}, else a 400 naming it")
 
 
 class ServeSettings(BaseModel):
@@ -61,7 +91,8 @@ class Message(BaseModel):
 class SamplingRequest(BaseModel):
     """The fields both routes share."""
 
-    # strict: "stream": "yes" or "max_tokens": "12" are errors, not coerced; other OpenAI fields are ignored
+    # strict: "stream": "yes" or "max_tokens": "12" are errors, not coerced; the OpenAI fields in
+    # UNSUPPORTED are 400s unless they ask for nothing; other OpenAI fields are ignored
     model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str | None = None
@@ -73,6 +104,11 @@ class SamplingRequest(BaseModel):
     seed: int | None = None
     stream: bool = False
     n: int = Field(1, ge=1, le=1, description="one choice per request")
+    logprobs: Any = _unsupported_field("logprobs")
+    top_logprobs: Any = _unsupported_field("top_logprobs")
+    logit_bias: Any = _unsupported_field("logit_bias")
+
+    _shared_unsupported = field_validator("logprobs", "top_logprobs", "logit_bias")(_unsupported)
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -92,10 +128,23 @@ class SamplingRequest(BaseModel):
 class ChatRequest(SamplingRequest):
     messages: list[Message] = Field(min_length=1)
     separate_reasoning: bool = Field(True, description="SGLang's switch: false keeps a think section in content")
+    tools: Any = _unsupported_field("tools")
+    tool_choice: Any = _unsupported_field("tool_choice")
+    functions: Any = _unsupported_field("functions")
+    function_call: Any = _unsupported_field("function_call")
+    response_format: Any = _unsupported_field("response_format")
+
+    _chat_unsupported = field_validator(
+        "tools", "tool_choice", "functions", "function_call", "response_format")(_unsupported)
 
 
 class CompletionRequest(SamplingRequest):
     prompt: str = Field(min_length=1)
+    echo: Any = _unsupported_field("echo")
+    best_of: Any = _unsupported_field("best_of")
+    suffix: Any = _unsupported_field("suffix")
+
+    _completion_unsupported = field_validator("echo", "best_of", "suffix")(_unsupported)
 
 
 class APIError(Exception):
