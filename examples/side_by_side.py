@@ -1,0 +1,98 @@
+"""AR and lookahead-reasoning methods side by side, problem by problem, on running servers.
+
+    python examples/side_by_side.py --endpoints ENDPOINTS --data ../shared/data/gsm8k_test.jsonl \
+        --problems 20-24 --methods sync-adaptive,sync-1,sync-2 --max-tokens 512 --out side_by_side.jsonl
+
+For each problem the target alone (AR) runs first, then each method, one after another on the same
+servers; each method keeps one reasoner across the problems, so the adaptive policy carries what it
+learned from problem to problem (as `lookahead run` does with its saved costs). One JSON line per problem
+is appended to --out as it finishes (a rerun skips the problems already there). At the end it prints,
+per method, the speedup against AR in wall time and per token (an answer of another length is not the
+same work), the acceptance, and how many answers equal AR's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from lookahead_reasoning import LookaheadConfig, LookaheadReasoner
+from lookahead_reasoning.runtime.endpoints import load_endpoints
+
+
+def method_config(method: str, max_tokens: int) -> LookaheadConfig:
+    """`ENGINE-DEPTH`: sync-2, async-adaptive, ..."""
+    engine, _, depth = method.partition("-")
+    if engine not in ("sync", "async") or not (depth == "adaptive" or depth.isdigit()):
+        raise SystemExit(f"error: a method is ENGINE-DEPTH (sync-2, async-adaptive), got {method!r}")
+    depth_options = {"adaptive_depth": True, "depth": 4} if depth == "adaptive" else {"depth": int(depth)}
+    return LookaheadConfig(engine=engine, max_tokens=max_tokens, **depth_options)
+
+
+def problem_range(text: str) -> range:
+    first, _, last = text.partition("-")
+    return range(int(first), int(last or first) + 1)
+
+
+def compare(rows: list[dict], methods: list[str]) -> list[str]:
+    lines = []
+    for method in methods:
+        lr_s = sum(r[method]["seconds"] for r in rows)
+        ar_s = sum(r["ar"]["seconds"] for r in rows)
+        lr_tokens = sum(r[method]["tokens"] for r in rows)
+        ar_tokens = sum(r["ar"]["tokens"] for r in rows)
+        accepted = sum(r[method]["accepted"] for r in rows)
+        judged = sum(r[method]["judged"] for r in rows)
+        same = sum(r[method]["answer"] == r["ar"]["answer"] for r in rows)
+        lines.append(f"{method}: {ar_s / lr_s:.3f}x AR wall, {(ar_s / ar_tokens) / (lr_s / lr_tokens):.3f}x per token "
+                     f"({lr_s:.0f} s / {lr_tokens} tokens against {ar_s:.0f} s / {ar_tokens}); accepted {accepted}/"
+                     f"{judged}; answers equal to AR's {same}/{len(rows)}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--endpoints", type=Path, required=True)
+    parser.add_argument("--data", type=Path, required=True, help="JSON Lines with a `question` field")
+    parser.add_argument("--problems", default="0-4", help="0-based lines of --data, FIRST-LAST")
+    parser.add_argument("--methods", default="sync-adaptive,sync-1,sync-2")
+    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    methods = args.methods.split(",")
+    problems = [json.loads(line) for line in args.data.read_text().splitlines() if line.strip()]
+    endpoints = load_endpoints(args.endpoints)
+    reasoners = {m: LookaheadReasoner(endpoints, method_config(m, args.max_tokens)) for m in methods}
+    alone = LookaheadReasoner(endpoints, LookaheadConfig(max_tokens=args.max_tokens))
+    rows = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
+    done = {row["problem"] for row in rows}
+    for index in problem_range(args.problems):
+        if index in done:
+            continue
+        question = problems[index]["question"]
+        alone.warm_prompt(question)  # every method finds the prompt prefilled: none pays it alone
+        started = time.perf_counter()
+        base = alone.baseline(question)
+        row = {"problem": index, "ar": {"seconds": time.perf_counter() - started, "tokens": base.output_tokens,
+                                        "answer": base.answer}}
+        for method, reasoner in reasoners.items():
+            started = time.perf_counter()
+            result = reasoner.run(question)
+            judged = [r for r in result.round_log if r.positions]
+            row[method] = {"seconds": time.perf_counter() - started, "tokens": result.stats.output_tokens,
+                           "answer": result.answer, "accepted": sum(r.accepted for r in judged),
+                           "judged": sum(r.positions for r in judged), "depths": [r.depth for r in result.round_log]}
+        with args.out.open("a") as out:
+            out.write(json.dumps(row) + "\n")
+        rows.append(row)
+        print(f"problem {index}: " + ", ".join(f"{m} {row['ar']['seconds'] / row[m]['seconds']:.3f}x" for m in methods),
+              flush=True)
+    lines = compare(rows, methods)
+    print("\n".join(lines))
+    return lines
+
+
+if __name__ == "__main__":
+    main()
