@@ -4,7 +4,8 @@ The file is the state of a run. A rerun reads it and skips what is there; a last
 short by a crash is dropped (it was not a finished result) before appending again, and a
 bad line before it is skipped with a warning (its result is run again). A header file
 next to it (eval.json) pins the settings and the served models, so a rerun with other
-settings or against other models cannot mix its results into the same file.
+settings or against other models cannot mix its results into the same file. Results with no
+eval.json beside them are refused: the records do not name the models that made them.
 """
 
 from __future__ import annotations
@@ -135,6 +136,24 @@ def _read_pin(path: Path) -> dict:
     ):
         raise LookaheadError(f"{path} is malformed (models is not an object of role: model names); {fix}")
     return pinned
+
+
+def refuse_unpinned(results: Path, pin: Path) -> None:
+    """A one-line LookaheadError when `results` holds anything and `pin` does not exist.
+
+    A run writes its pin before its first result, so such results came from elsewhere (copied in,
+    or eval.json deleted); the records do not name the models or settings that made them, so they
+    cannot be checked against this run's and are not adopted.
+    """
+    if pin.exists() or not results.exists():
+        return
+    with results.open("rb") as f:
+        while chunk := f.read(1 << 16):
+            if chunk.strip():
+                raise LookaheadError(
+                    f"{results} has results but no {pin.name} beside it, so the models and settings that made them "
+                    "are unknown; move it away or use another --out"
+                )
 
 
 def pin_settings(path: Path, settings: dict) -> None:

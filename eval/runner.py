@@ -15,7 +15,7 @@ from typing import Callable, Literal
 
 from lookahead_reasoning.eval.datasets import Problem
 from lookahead_reasoning.eval.graders import Grade, grade
-from lookahead_reasoning.eval.records import EvalRecord, ResultStore, pin_settings
+from lookahead_reasoning.eval.records import EvalRecord, ResultStore, pin_settings, refuse_unpinned
 from lookahead_reasoning.eval.sandbox import SandboxUnavailable, require_sandbox
 from lookahead_reasoning.programs.roles import SGLangStepModels, render_conversation, score_answer_on
 from lookahead_reasoning.runtime.baseline import continue_baseline
@@ -147,6 +147,7 @@ def run_eval(
         raise LookaheadError("--samples must be >= 1")
     if grade_answers and not unsafe_no_sandbox and any(p.grader == "code" for p in problems):
         require_sandbox()
+    refuse_unpinned(out / "results.jsonl", out / "eval.json")
     pin_settings(out / "eval.json", {**settings, "methods": [m.name for m in methods]})
     store = ResultStore(out / "results.jsonl")
     done = store.load()

@@ -94,6 +94,22 @@ def test_a_resume_against_another_target_model_is_refused(sims, data, tmp_path, 
     assert (out / "results.jsonl").read_bytes() == results
 
 
+def test_results_without_their_eval_json_are_not_adopted(sims, data, tmp_path, capsys):
+    out = tmp_path / "out"
+    urls = sims.draft.url, sims.target.url, sims.judge.url
+    out.mkdir()  # results whose eval.json was lost or never beside them: of which models, nothing says
+    (out / "results.jsonl").write_bytes(line("p0") + b"\n" + line("p1") + b"\n")
+    results = (out / "results.jsonl").read_bytes()
+    refused = invoke(capsys, *eval_args(data, out, *urls))
+    one_line_error(refused, "results.jsonl has results but no eval.json beside it")
+    assert (out / "results.jsonl").read_bytes() == results and not (out / "eval.json").exists()
+    (out / "results.jsonl").write_text("\n")  # a file with no results in it pins nothing: the run starts afresh
+    started = invoke(capsys, *eval_args(data, out, *urls))
+    assert started.returncode == 0, started.stderr
+    assert json.loads((out / "eval.json").read_text())["models"] == SIM_MODELS
+    assert len(ResultStore(out / "results.jsonl").load()) == 2
+
+
 def test_sweep_pins_the_models_too(sims, data, tmp_path, capsys):
     out = tmp_path / "sweep"
     args = ["sweep", "--dataset", "gsm8k", "--data", str(data), "--limit", "1", "--width", "1", "--depth", "1",
