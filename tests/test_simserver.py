@@ -54,7 +54,9 @@ def test_protocol_through_sglang_runtime_endpoint(sims):
     assert state.get_meta_info("step")["finish_reason"] == {"type": "stop", "matched": "\n\n"}
     metas = [m for m in state.get_var("next")]
     assert len(metas) == 2
-    assert state["pick"] in ("alpha", "beta")
+    scores = state.get_meta_info("pick")["normalized_prompt_logprobs"]  # from the server's input_token_logprobs
+    assert len(scores) == 2 and scores[0] != scores[1]
+    assert state["pick"] == ("alpha", "beta")[scores.index(max(scores))]
 
 
 def test_batched_text_commit_eos_and_cache(sims):
