@@ -55,12 +55,18 @@ class LookaheadReasoner:
     def warm_prompt(self, question: str) -> None:
         """Prefill the question's prompt on the target server (one token is written), so that a run and a
         baseline that follow both find it in the cache: else the first pays the prefill and the second
-        does not, which on a CPU is seconds."""
+        does not, which on a CPU is seconds. The verifier's one-off costs are paid here too (a judge server
+        compiles its yes/no grammar on its first call, seconds on a CPU), so that the run's first judged
+        round does not price the verifier at several times its cost."""
         models = self.connection.models
         try:
             models.generate(models.prompt(question), 1)
         except Exception as error:
             raise target_failed(error) from None
+        try:
+            self.connection.verifier.verify(models.prompt(question), [("So the total is 4.", "The sum is five.")])
+        except Exception:  # noqa: BLE001  a verifier that fails degrades in the run itself, with its message
+            pass
 
 
 def server_set_key(endpoints: Endpoints) -> str:

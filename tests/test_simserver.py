@@ -271,3 +271,10 @@ def test_the_prefix_cache_is_bounded_and_keeps_what_is_in_use():
     assert trie.match(in_use) == 3 and trie.match(old) == 0
     assert trie.match(["q", "a", "c"]) == 2  # a shared prefix still matches
     assert trie.nodes <= 10  # the current generation; the previous one held at most as many
+
+
+def test_warming_a_prompt_also_pays_the_verifiers_first_call(sims):
+    reasoner = LookaheadReasoner(sims.endpoints(), LookaheadConfig(depth=2, max_tokens=40))
+    judge_requests = sims.judge.engine.state.requests
+    reasoner.warm_prompt("How many?")
+    assert sims.judge.engine.state.requests > judge_requests  # the judge was asked (its prefix, then the pair)
