@@ -74,7 +74,7 @@ def demo(
     depth: Depth = "adaptive",
     max_tokens: MaxTokens = 320,
     max_step_tokens: MaxStepTokens = 80,
-    threshold: float = typer.Option(0.7, help="judge threshold on P(yes)"),
+    threshold: Threshold = None,
     device: Device = "auto",
 ):
     """Prepare models, launch servers, answer one question with LR and with AR, and stop."""

@@ -447,3 +447,13 @@ def _children(parent: int) -> list[int]:
         except (OSError, ValueError):
             continue
     return found
+
+
+def test_demo_and_run_take_one_threshold_default():
+    """Neither sets a number of its own: a saved calibration, else the verifier's default (LookaheadConfig)."""
+    import inspect
+
+    from lookahead_reasoning.cli.reasoning import demo, run
+
+    for command in (demo, run):
+        assert inspect.signature(command).parameters["threshold"].default is None
