@@ -572,8 +572,8 @@ def test_the_tests_builtins_are_out_of_the_answers_reach():
 
 
 def test_the_code_under_test_never_sees_the_tests():
-    peek = ("```python\nimport glob\ntext = open('program.py').read() + ''.join(open(p, errors='replace').read() "
-            "for p in glob.glob('/tmp/*'))\nassert 'che' + 'ck(' not in text and 'candi' + 'date' not in text, 'the tests'\n"
+    peek = ("```python\nimport glob, os\ntext = open('program.py').read() + ''.join(open(p, errors='replace').read() "
+            "for p in glob.glob('/tmp/*') if os.path.isfile(p))\nassert 'che' + 'ck(' not in text and 'candi' + 'date' not in text, 'the tests'\n"
             "def add(a, b):\n    return a + b\n```")
     result = grade(HUMANEVAL_ADD, peek)
     assert result.correct is True, result.detail
