@@ -60,11 +60,12 @@ class LookaheadReasoner:
         round does not price the verifier at several times its cost."""
         models = self.connection.models
         try:
-            models.generate(models.prompt(question), 1)
+            prompt = models.prompt(question)
+            models.generate(prompt, 1)
         except Exception as error:
             raise target_failed(error) from None
         try:
-            self.connection.verifier.verify(models.prompt(question), [("So the total is 4.", "The sum is five.")])
+            self.connection.verifier.verify(prompt, [("So the total is 4.", "The sum is five.")])
         except Exception:  # noqa: BLE001  a verifier that fails degrades in the run itself, with its message
             pass
 

@@ -9,7 +9,6 @@ round keeps one; an AR stretch keeps several), a sample of what a branch writes.
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 
 KEEP = 64  # recent steps the estimate rests on
@@ -19,36 +18,39 @@ def expected_longest(lengths: list[float], n: int) -> float:
     """E[max of n draws with replacement from `lengths`]: Σ x₍ᵢ₎ ((i/N)ⁿ − ((i−1)/N)ⁿ) over the sorted lengths."""
     if not lengths:
         raise ValueError("no lengths")
-    ordered, size = sorted(lengths), len(lengths)
+    ordered, size = sorted(lengths), len(lengths)  # Timsort: linear where they come sorted
     return sum(x * ((i / size) ** n - ((i - 1) / size) ** n) for i, x in enumerate(ordered, start=1))
 
 
 class StepLengths:
-    """The lengths (tokens) of the target's recent steps; thread-safe (runs share it)."""
+    """The lengths (tokens) of the target's recent steps; not thread-safe (the cost model holds its lock).
+    The planner asks for the longest of n for every γ it weighs, so the sorted lengths are kept until a step
+    is added."""
 
     def __init__(self, keep: int = KEEP):
         self._recent: deque[int] = deque(maxlen=keep)
-        self._lock = threading.Lock()
+        self._sorted: list[int] | None = None
 
     def add(self, tokens: int) -> None:
         if tokens > 0:
-            with self._lock:
-                self._recent.append(tokens)
+            self._recent.append(tokens)
+            self._sorted = None
 
     def state(self) -> list[int]:
-        with self._lock:
-            return list(self._recent)
+        return list(self._recent)
 
     def restore(self, lengths: list[int]) -> None:
-        with self._lock:
-            self._recent.clear()
-            self._recent.extend(int(n) for n in lengths if int(n) > 0)
+        self._recent.clear()
+        self._recent.extend(int(n) for n in lengths if int(n) > 0)
+        self._sorted = None
 
     def mean(self) -> float | None:
-        with self._lock:
-            return sum(self._recent) / len(self._recent) if self._recent else None
+        return sum(self._recent) / len(self._recent) if self._recent else None
 
     def longest(self, n: int) -> float | None:
         """E[the longest of n steps], tokens; None before any step."""
-        with self._lock:
-            return expected_longest(list(self._recent), n) if self._recent else None
+        if not self._recent:
+            return None
+        if self._sorted is None:
+            self._sorted = sorted(self._recent)
+        return expected_longest(self._sorted, n)
