@@ -20,7 +20,8 @@ from lookahead_reasoning.errors import validated
 
 err = Console(stderr=True)
 
-VERIFIERS = "llm-judge, exact, embedding, embedding-numbers, random, target-score"
+VERIFIERS = ("llm-judge, exact, embedding, embedding-numbers, random, target-score; "
+             "llm-judge+numbers, embedding+numbers, target-score+numbers, random+numbers: behind the numbers gate")
 
 EndpointsFile = Annotated[Optional[Path], typer.Option("--endpoints", help="endpoints file written by `lookahead launch`")]
 DraftUrl = Annotated[Optional[str], typer.Option("--draft-url", help="draft SGLang server URL")]

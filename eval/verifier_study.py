@@ -1,15 +1,18 @@
-"""Verifiers on a labelled set of step pairs: precision, recall, accuracy, and a calibrated threshold.
+"""Verifiers on labelled step pairs: precision, recall, F1 with bootstrap intervals, and a calibrated threshold.
 
-A pair file holds JSON lines `{"step_a", "step_b", "equivalent"}`. step_a plays the
-target's step and step_b the draft's. "Positive" means "equivalent": precision is the
-share of accepted pairs that were truly equivalent (what protects the answer), recall
-the share of equivalent pairs accepted (what buys speed).
+A pair file holds JSON lines `{"step_a", "step_b", "equivalent"}`, optionally with `id`,
+`context` (the reasoning before the step) and `split` ("dev", "test", ...); other fields are
+ignored. step_a plays the target's step and step_b the draft's. "Positive" means
+"equivalent": precision is the share of accepted pairs that were truly equivalent (what
+protects the answer), recall the share of equivalent pairs accepted (what buys speed).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, Iterator
 
+import numpy as np
 from pydantic import BaseModel
 
 from lookahead_reasoning.eval.datasets import read_jsonl
@@ -18,58 +21,154 @@ from lookahead_reasoning.verifiers.base import Verdict, Verifier
 from lookahead_reasoning.verifiers.calibration import Calibration
 
 BATCH = 8  # pairs per verifier call (one fork on an LLM judge)
+Interval = tuple[float, float]
 
 
 class LabelledPair(BaseModel):
     step_a: str
     step_b: str
     equivalent: bool
+    context: str = ""  # what both steps follow: the verifier's `context`
+    id: str | None = None
+    split: str | None = None
 
 
 class Metrics(BaseModel):
     precision: float | None  # None when nothing was accepted
     recall: float | None  # None when nothing is equivalent
+    f1: float | None  # None when there is neither an accepted nor an equivalent pair
     accuracy: float
     threshold: float | None
     n: int
+    precision_ci: Interval | None = None  # 95 % percentile bootstrap over pairs, when asked for
+    recall_ci: Interval | None = None
+    f1_ci: Interval | None = None
+
+
+def _optional_text(record: dict, key: str, where: str) -> str | None:
+    value = record.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    if key == "id" and isinstance(value, int):
+        return str(value)
+    raise LookaheadError(f"{where}: {key} must be a string")
 
 
 def load_pairs(path: Path) -> list[LabelledPair]:
     records = read_jsonl(path, ("step_a", "step_b"), what="pairs file")
-    pairs = []
+    pairs, seen = [], {}
     for number, record in enumerate(records, 1):
+        where = f"{path}: pair {number}"
         if not isinstance(record.get("equivalent"), bool):
-            raise LookaheadError(f"{path}: pair {number}: equivalent must be true or false")
-        pairs.append(LabelledPair(step_a=str(record["step_a"]), step_b=str(record["step_b"]),
-                                  equivalent=record["equivalent"]))
+            raise LookaheadError(f"{where}: equivalent must be true or false")
+        pair = LabelledPair(step_a=str(record["step_a"]), step_b=str(record["step_b"]), equivalent=record["equivalent"],
+                            context=_optional_text(record, "context", where) or "",
+                            id=_optional_text(record, "id", where), split=_optional_text(record, "split", where))
+        if pair.id is not None and seen.setdefault(pair.id, number) != number:
+            raise LookaheadError(f"{where}: id {pair.id!r} repeats pair {seen[pair.id]}'s")
+        pairs.append(pair)
     return pairs
 
 
-def judge_all(verifier: Verifier, pairs: list[LabelledPair]) -> list[Verdict]:
+def select_split(pairs: list[LabelledPair], split: str | None, path: Path) -> list[LabelledPair]:
+    """The pairs of `split` (all when None); an error when the file has no splits or none match."""
+    if split is None:
+        return pairs
+    splits = sorted({p.split for p in pairs if p.split is not None})
+    if not splits:
+        raise LookaheadError(f"{path} has no split field; --split needs one on its pairs")
+    chosen = [p for p in pairs if p.split == split]
+    if not chosen:
+        raise LookaheadError(f"no pair in {path} has split {split!r}; its splits: {', '.join(splits)}")
+    return chosen
+
+
+def context_batches(pairs: list[LabelledPair]) -> Iterator[tuple[int, int]]:
+    """(start, end) of runs of consecutive pairs with one context, at most BATCH long: one verifier call each."""
+    start = 0
+    while start < len(pairs):
+        end = start + 1
+        while end < len(pairs) and end - start < BATCH and pairs[end].context == pairs[start].context:
+            end += 1
+        yield start, end
+        start = end
+
+
+def judge_all(verifier: Verifier, pairs: list[LabelledPair],
+              on_batch: Callable[[int, list[Verdict]], None] | None = None) -> list[Verdict]:
+    """One verdict per pair; `on_batch(start, verdicts)` after each call, so a caller can save as it goes."""
     verdicts: list[Verdict] = []
-    for start in range(0, len(pairs), BATCH):
-        batch = pairs[start:start + BATCH]
-        verdicts += verifier.verify("", [(p.step_a, p.step_b) for p in batch])
+    for start, end in context_batches(pairs):
+        batch = pairs[start:end]
+        decided = verifier.verify(batch[0].context, [(p.step_a, p.step_b) for p in batch])
+        if on_batch:
+            on_batch(start, decided)
+        verdicts += decided
     return verdicts
 
 
-def metrics(labels: list[bool], accepted: list[bool], threshold: float | None) -> Metrics:
+def accepted_at(verdict: Verdict, threshold: float) -> bool:
+    """What a run at `threshold` would do with this verdict: exact matches always pass, unusable answers
+    and pairs the numbers gate rejected never do."""
+    if verdict.method == "exact":
+        return True
+    return verdict.method != "unusable" and verdict.score is not None and verdict.score >= threshold
+
+
+def _counts(labels, accepted) -> tuple[int, int, int, int]:
     tp = sum(a and y for a, y in zip(accepted, labels))
     fp = sum(a and not y for a, y in zip(accepted, labels))
     fn = sum(not a and y for a, y in zip(accepted, labels))
-    correct = sum(a == y for a, y in zip(accepted, labels))
-    return Metrics(
+    return tp, fp, fn, len(labels) - tp - fp - fn
+
+
+def metrics(labels: list[bool], accepted: list[bool], threshold: float | None, intervals: bool = False) -> Metrics:
+    tp, fp, fn, tn = _counts(labels, accepted)
+    result = Metrics(
         precision=tp / (tp + fp) if tp + fp else None,
         recall=tp / (tp + fn) if tp + fn else None,
-        accuracy=correct / len(labels),
+        f1=2 * tp / (2 * tp + fp + fn) if tp + fp + fn else None,
+        accuracy=(tp + tn) / len(labels),
         threshold=threshold,
         n=len(labels),
     )
+    if intervals:
+        result = result.model_copy(update={f"{k}_ci": v for k, v in bootstrap_intervals(labels, accepted).items()})
+    return result
+
+
+def bootstrap_intervals(labels: list[bool], accepted: list[bool], resamples: int = 2000,
+                        seed: int = 0) -> dict[str, Interval | None]:
+    """95 % percentile-bootstrap intervals of precision, recall and F1, resampling pairs with replacement.
+
+    A pair only matters through its outcome (TP, FP, FN, TN), so drawing n pairs with replacement is
+    drawing the four counts from a multinomial. A resample where a metric is undefined is skipped for
+    that metric; None when no resample defines it.
+    """
+    n = len(labels)
+    if n == 0:
+        return {"precision": None, "recall": None, "f1": None}
+    cells = np.array(_counts(labels, accepted), dtype=float) / n
+    tp, fp, fn, _ = np.random.default_rng(seed).multinomial(n, cells, size=resamples).T
+    return {
+        "precision": _percentiles(tp, tp + fp),
+        "recall": _percentiles(tp, tp + fn),
+        "f1": _percentiles(2 * tp, 2 * tp + fp + fn),
+    }
+
+
+def _percentiles(numerator: np.ndarray, denominator: np.ndarray) -> Interval | None:
+    defined = denominator > 0
+    if not defined.any():
+        return None
+    values = numerator[defined] / denominator[defined]
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
 
 
 def evaluate(verifier: Verifier, pairs: list[LabelledPair], threshold: float | None) -> Metrics:
     verdicts = judge_all(verifier, pairs)
-    return metrics([p.equivalent for p in pairs], [v.accept for v in verdicts], threshold)
+    return metrics([p.equivalent for p in pairs], [v.accept for v in verdicts], threshold, intervals=True)
 
 
 def calibrate(
@@ -78,17 +177,12 @@ def calibrate(
     """The threshold on the verdicts' scores with the best accuracy among those with precision >= min_precision.
 
     Ties go to the higher recall, then to the lower threshold. When no threshold reaches
-    min_precision, the most precise one is kept and `met_precision` says so.
-    Exact matches (method "exact") are accepted at any threshold, as at run time.
+    min_precision, the most precise one is kept and `met_precision` says so. Pairs count as
+    a run would take them (`accepted_at`).
     """
     labels = [p.equivalent for p in pairs]
-    scores = [v.score for v in verdicts]
-    exact = [v.method == "exact" for v in verdicts]
-    candidates = sorted({s for s in scores if s is not None} | {1.0})
-    rows = []
-    for t in candidates:
-        accepted = [e or (s is not None and s >= t) for s, e in zip(scores, exact)]
-        rows.append((t, metrics(labels, accepted, t)))
+    candidates = sorted({v.score for v in verdicts if v.score is not None} | {1.0})
+    rows = [(t, metrics(labels, [accepted_at(v, t) for v in verdicts], t)) for t in candidates]
     meeting = [(t, m) for t, m in rows if m.precision is not None and m.precision >= min_precision]
     if meeting:
         t, best = max(meeting, key=lambda tm: (tm[1].accuracy, tm[1].recall or 0.0, -tm[0]))

@@ -87,6 +87,19 @@ class SGLangStepModels:
             self.target_sampling, commit_prefix=commit_prefix and len(continuations) > 1,
         )
 
+    def target_branch(self, prefix: str, continuation: str, max_step_tokens: int, rid: str) -> StepOutput:
+        """The target's step after `prefix + continuation` as a request of its own, with SGLang request id
+        `rid` (so that `abort_target(rid)` can stop it); the prefix is expected in the radix cache."""
+        [step] = target_steps(
+            self.target_backend.with_request_id(rid), prefix, [continuation], self.delimiter, max_step_tokens,
+            self.target_sampling, commit_prefix=False,
+        )
+        return step
+
+    def abort_target(self, rid: str) -> bool:
+        """Stop the target request `rid` on its server; whether the server said yes."""
+        return self.target_backend.abort(rid)
+
     def generate(self, prefix: str, max_tokens: int) -> StepOutput:
         state = run_here(
             free_generation, prefix=prefix, max_tokens=max_tokens, sampling=self.target_sampling,

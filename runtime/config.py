@@ -31,15 +31,22 @@ class LookaheadConfig(BaseModel):
                        "with adaptive_depth the largest W the policy may choose")
     max_tree_nodes: int = Field(32, ge=1, description="budget of draft nodes per round for W > 1 (W^γ grows fast)")
     engine: Literal["sync", "async"] = Field("sync", description="async overlaps drafting with verification")
+    fork: Literal["streamed", "batched"] = Field(
+        "streamed", description="sync chain rounds: streamed judges each draft step as soon as the target's step "
+        "it is compared with arrives and aborts branches that can no longer be kept; batched sends the fork as "
+        "one request and judges every pair (every pair of a round is then known: `verifiers collect`)",
+    )
     tree_temperature: float = Field(0.8, gt=0.0, description="draft temperature for W > 1 when draft sampling is greedy")
     delimiter: str = Field("\n\n", min_length=1, description="text that ends a step")
     max_step_tokens: int = Field(100, ge=1, description="cap on the tokens of one step")
     max_tokens: int = Field(1024, ge=1, description="cap on the tokens of the whole answer")
     draft_sampling: SamplingConfig = SamplingConfig()
     target_sampling: SamplingConfig = SamplingConfig()
-    verifier: Literal["llm-judge", "exact", "embedding", "embedding-numbers", "random", "target-score"] = Field(
-        "llm-judge", description="who decides that a draft step means the same as the target's"
-    )
+    verifier: Literal[
+        "llm-judge", "exact", "embedding", "embedding-numbers", "random", "target-score",
+        "llm-judge+numbers", "embedding+numbers", "target-score+numbers", "random+numbers",
+    ] = Field("llm-judge", description="who decides that a draft step means the same as the target's; "
+              "NAME+numbers: NAME behind the numbers gate")
     verifier_threshold: float | None = Field(
         None, ge=0.0, le=1.0, validation_alias=AliasChoices("verifier_threshold", "judge_threshold"),
         description="accept when the verifier's score (P(yes) for the LLM judge) >= this; "

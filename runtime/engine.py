@@ -47,6 +47,7 @@ from lookahead_reasoning.errors import (
 from lookahead_reasoning.runtime.pipeline import run_chain_round
 from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, StepRecord
 from lookahead_reasoning.runtime.stats import RunMetrics
+from lookahead_reasoning.runtime.streamed_fork import stream_fork, supports_streaming
 from lookahead_reasoning.runtime.tree import ROOT, DraftTree, draft_tree, target_branches, walk_tree
 from lookahead_reasoning.verifiers.base import Verdict, Verifier
 
@@ -94,6 +95,7 @@ class _Run:
         self.log: list[RoundRecord] = []
         self.text = ""
         self.drafting = True
+        self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lookahead-run")  # concurrent requests
 
     @property
     def prefix(self) -> str:
@@ -149,6 +151,8 @@ class Engine:
         try:
             self._loop(run, self.policy)
         finally:
+            # requests of discarded speculation may still be in flight when the run ends: don't wait for them
+            run.pool.shutdown(wait=False, cancel_futures=True)
             self.policy.run_finished()
         return run.result(self.policy.cost_estimate())
 
@@ -217,25 +221,36 @@ class Engine:
         if probe_tokens:  # the start of the same step once more in the fork: what a second branch costs, B(2)
             continuations.append("")
             caps = [cap, min(cap, probe_tokens)]
+        streamed = (self.config.fork == "streamed" and tree.width == 1 and bool(run.log) and len(branches) > 1
+                    and not probe_tokens and supports_streaming(self.models))
         try:
             with self.policy.target_load.track(len(continuations)) as load:
-                # after the first round the prefix was written by a target branch: already in the cache
-                targets = self.models.target(run.prefix, continuations, caps, commit_prefix=not run.log)
+                if streamed:
+                    fork = stream_fork(self.models, run.pool, run.prefix, tree, branches, cap,
+                                       lambda pairs: self.judge(run, pairs))
+                else:
+                    # after the first round the prefix was written by a target branch: already in the cache
+                    targets = self.models.target(run.prefix, continuations, caps, commit_prefix=not run.log)
         except Exception as error:
             raise target_failed(error) from None
-        if len(targets) != len(continuations):
-            raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
-        run.metrics.count_tokens("target", targets[: len(branches)])  # the first round's root branch gives the run's prompt tokens
-        target_after = dict(zip(branches, targets))
-        t2 = time.perf_counter()
-
-        pairs = [(target_after[n.parent].text, n.step.text) for n in tree.nodes if n.parent in target_after]
-        judged_nodes = [i for i, n in enumerate(tree.nodes) if n.parent in target_after]
-        verdict_list = self.judge(run, pairs)
-        verdicts: list[Verdict] = [Verdict(False, None, "unjudged")] * len(tree.nodes)
-        for i, v in zip(judged_nodes, verdict_list):
-            verdicts[i] = v
-        t3 = time.perf_counter()
+        if streamed:
+            returned = list(fork.target_after.values())  # the branches the round waited for
+            target_after, found, judge_s = fork.target_after, fork.verdicts, fork.judge_s
+            target_s = time.perf_counter() - t1 - judge_s  # the judge overlapped the branches it did not wait for
+        else:
+            if len(targets) != len(continuations):
+                raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
+            returned = targets[: len(branches)]
+            target_after = dict(zip(branches, targets))
+            t2 = time.perf_counter()
+            target_s = t2 - t1
+            judgeable = [i for i, n in enumerate(tree.nodes) if n.parent in target_after]
+            pairs = [(target_after[tree.nodes[i].parent].text, tree.nodes[i].step.text) for i in judgeable]
+            found = dict(zip(judgeable, self.judge(run, pairs)))
+            judge_s = time.perf_counter() - t2
+        run.metrics.count_tokens("target", returned)  # the first round's root branch gives the run's prompt tokens
+        judged_nodes = sorted(found)
+        verdicts = [found.get(i, Verdict(False, None, "unjudged")) for i in range(len(tree.nodes))]
 
         walk = self._walk(run)
         first_children = walk_tree(tree, verdicts, target_after, walk)
@@ -248,14 +263,15 @@ class Engine:
                 )
                 for i in judged_nodes
             ],
-            started=started, draft_s=draft_s, target_s=t2 - t1,
-            target_server_s=server_s([t.server_s for t in targets], max),
-            judge_s=t3 - t2, branches=len(branches),
-            target_tokens=max(t.completion_tokens for t in targets[: len(branches)]),
-            target_tokens_all=sum(t.completion_tokens for t in targets), target_others=load.others,
+            started=started, draft_s=draft_s, target_s=target_s,
+            target_server_s=server_s([t.server_s for t in returned], max),
+            judge_s=judge_s, branches=len(branches),
+            target_tokens=max(t.completion_tokens for t in returned),
+            target_tokens_all=sum(t.completion_tokens for t in (returned if streamed else targets)),
+            target_others=load.others,
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, draft_steps=tree.depth,
-            branch_tokens=[t.completion_tokens for t in targets[: len(branches)]],
+            branch_tokens=[t.completion_tokens for t in returned],
             width=tree.width,
             measuring=measuring and bool(tree.nodes), first_candidates=first_children,
         )
@@ -346,15 +362,10 @@ class AsyncEngine(Engine):
     mode = "async"
 
     def _loop(self, run: _Run, policy: DepthPolicy) -> None:
-        # requests of discarded speculation may still be in flight when the run ends: don't wait for them
-        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lookahead-async")
-        try:
-            if self.config.width == 1:
-                self._loop_steps(run, policy)
-            else:
-                self._loop_windows(run, policy)
-        finally:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.config.width == 1:
+            self._loop_steps(run, policy)
+        else:
+            self._loop_windows(run, policy)
 
     def _loop_steps(self, run: _Run, policy: DepthPolicy) -> None:
         while True:
@@ -365,7 +376,7 @@ class AsyncEngine(Engine):
                 record = self._ar_stretch(run, plan.stretch_tokens, started)
             else:
                 walk = self._walk(run)
-                judged, pipe, judge_s = run_chain_round(self, run, walk, plan.depth, self._cap(run), self._pool)
+                judged, pipe, judge_s = run_chain_round(self, run, walk, plan.depth, self._cap(run), run.pool)
                 record = self._finish_round(
                     run, walk, depth=plan.depth, judged=judged, started=started, draft_s=sum(pipe.draft_times),
                     target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
@@ -399,7 +410,7 @@ class AsyncEngine(Engine):
                 tree, draft_s = DraftTree([]), 0.0
                 if depth:
                     if pending is None or pending_base != run.prefix:  # none yet, or a rejection made it stale
-                        pending = self._pool.submit(self._timed_draft, run.prefix, plan, cap)
+                        pending = run.pool.submit(self._timed_draft, run.prefix, plan, cap)
                     try:
                         tree, draft_s = pending.result()
                     except Exception as error:
@@ -409,7 +420,7 @@ class AsyncEngine(Engine):
                     ends = tree.nodes[optimistic[-1]].step if optimistic else None
                     if run.drafting and ends is not None and ends.ending != "eos":
                         pending_base = run.prefix + tree.text_of(optimistic)
-                        pending = self._pool.submit(self._timed_draft, pending_base, policy.peek_round(), cap)
+                        pending = run.pool.submit(self._timed_draft, pending_base, policy.peek_round(), cap)
                 record = self._verify_round(run, tree, False, cap, draft_s, started, depth, plan.probe_tokens,
                                             plan.measuring)
             if self._done(run, record):

@@ -41,6 +41,8 @@ class ScriptedModels:
         self.draft_model = ScriptedModel(draft if draft is not None else target)
         self.fail = set(fail)
         self.calls: dict[str, int] = {"draft": 0, "target": 0, "generate": 0}
+        self.branch_rids: list[str] = []  # request ids of the branches sent one by one
+        self.aborted: list[str] = []
 
     def _check(self, role: str) -> None:
         if role in self.fail:
@@ -88,6 +90,16 @@ class ScriptedModels:
         text = prefix[len(PROMPT):]
         caps = max_step_tokens if isinstance(max_step_tokens, list) else [max_step_tokens or 100] * len(continuations)
         return [self.target_model.next_step(text + c, cap) for c, cap in zip(continuations, caps)]
+
+    def target_branch(self, prefix: str, continuation: str, max_step_tokens: int, rid: str) -> StepOutput:
+        """One branch as its own request (the sync engine's streamed fork)."""
+        self.branch_rids.append(rid)
+        [step] = self.target(prefix, [continuation], max_step_tokens, commit_prefix=False)
+        return step
+
+    def abort_target(self, rid: str) -> bool:
+        self.aborted.append(rid)
+        return True
 
     def generate(self, prefix: str, max_tokens: int) -> StepOutput:
         self.calls["generate"] += 1

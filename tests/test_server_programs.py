@@ -39,6 +39,36 @@ def test_target_fork_branches_reuse_the_cached_prefix(reasoner):
         assert out.cached_tokens > 0.8 * out.prompt_tokens  # the shared prefix was prefilled once
 
 
+def test_a_branch_sent_alone_is_a_step_and_a_request_id_lets_the_server_abort_it(reasoner):
+    """The sync engine's streamed fork (streamed_fork.py) sends each branch with its own SGLang request id and
+    aborts the branches it can no longer keep: SGLang ends such a request at once, as an error."""
+    import threading
+    import time
+
+    from lookahead_reasoning.programs.backend import BackendError
+    from lookahead_reasoning.programs.steps import continue_texts
+
+    models = reasoner.connection.models
+    prompt = models.prompt(QUESTION)
+    assert models.target_branch(prompt, "", 20, "lookahead-test-branch").text == STEP_1
+    rid, outcome = "lookahead-test-abort", {}
+
+    def long_request():
+        try:  # 3,000 tokens ignoring EOS: minutes on a CPU unless aborted
+            outcome["output"] = continue_texts(models.target_backend.with_request_id(rid), [prompt], 3000)
+        except BackendError as error:
+            outcome["error"] = str(error)
+
+    thread = threading.Thread(target=long_request)
+    started = time.monotonic()
+    thread.start()
+    while thread.is_alive() and time.monotonic() - started < 60:
+        models.abort_target(rid)  # again until the server has the request: an abort before it arrives is lost
+        thread.join(timeout=0.5)
+    thread.join()
+    assert "output" not in outcome and "abort" in outcome["error"]
+
+
 def test_the_server_reports_its_own_time_for_each_request_and_rounds_record_it(reasoner):
     """SGLang's meta_info carries e2e_latency; the cost model fits it (cost_model.py), so a fork's record holds
     the longest branch's server time, a part of the round's time in the client."""

@@ -9,7 +9,7 @@ from lookahead_reasoning.eval.verifier_study import LabelledPair, calibrate, eva
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.verifiers.base import Verdict
 from lookahead_reasoning.verifiers.calibration import Calibration, load_calibration, save_calibration
-from lookahead_reasoning.verifiers.embedding import numbers_in, same_result
+from lookahead_reasoning.verifiers.numbers import numbers_in, same_result
 from lookahead_reasoning.verifiers.registry import DEFAULT_THRESHOLDS, make_verifier, resolve_threshold
 
 PAIRS = [
@@ -105,7 +105,8 @@ def test_verifiers_cli_evaluate_and_calibrate(tmp_path, monkeypatch, capsys):
     done = invoke(capsys, "verifiers", "evaluate", "--pairs", str(pairs), "--verifier", "embedding-numbers", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert set(result) == {"precision", "recall", "accuracy", "threshold", "n"} and result["n"] == 6
+    assert set(result) == {"precision", "recall", "f1", "accuracy", "threshold", "n", "precision_ci", "recall_ci",
+                           "f1_ci"} and result["n"] == 6
     assert result["threshold"] == DEFAULT_THRESHOLDS["embedding-numbers"]
     calibrated = invoke(capsys, "verifiers", "calibrate", "--pairs", str(pairs), "--verifier", "embedding", "--json")
     assert calibrated.returncode == 0, calibrated.stderr

@@ -61,12 +61,19 @@ class FastPathVerifier:
         self.name = inner.name
 
     def verify(self, context: str, pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
-        verdicts: list[Verdict | None] = [_exact(t, d) for t, d in pairs]
-        pending = [i for i, v in enumerate(verdicts) if v is None]
-        if pending:
-            decided = self.inner.verify(context, [pairs[i] for i in pending])
-            if len(decided) != len(pending):
-                decided = [Verdict(False, None, "unusable")] * len(pending)
-            for i, verdict in zip(pending, decided):
-                verdicts[i] = verdict
-        return verdicts
+        return ask_for_the_rest(self.inner, context, pairs, [_exact(t, d) for t, d in pairs])
+
+
+def ask_for_the_rest(
+    inner: Verifier, context: str, pairs: Sequence[tuple[str, str]], verdicts: list[Verdict | None]
+) -> list[Verdict]:
+    """`verdicts` with each None filled by `inner`, asked once for all of those pairs; a wrong
+    number of answers rejects them all."""
+    pending = [i for i, v in enumerate(verdicts) if v is None]
+    if pending:
+        decided = inner.verify(context, [pairs[i] for i in pending])
+        if len(decided) != len(pending):
+            decided = [Verdict(False, None, "unusable")] * len(pending)
+        for i, verdict in zip(pending, decided):
+            verdicts[i] = verdict
+    return verdicts

