@@ -420,6 +420,12 @@ def bench(
     concurrencies: Optional[str] = typer.Option(None, help="--load: concurrent requests, e.g. 1,4,16,64"),
     repeats: Optional[int] = typer.Option(None, help="--load: runs of every point, side by side; medians reported"),
     serve_load: bool = typer.Option(False, "--serve", help="a load check of `lookahead serve`, LR and AR"),
+    soak: bool = typer.Option(False, "--soak", help="a soak of `lookahead serve` over simulated servers: mixed and "
+                              "hostile clients while the servers are killed or stalled in turn"),
+    duration: float = typer.Option(600.0, help="--soak: seconds of load"),
+    clients: int = typer.Option(64, help="--soak: concurrent clients"),
+    fault_every: float = typer.Option(60.0, help="--soak: seconds between faults (kill or stall the draft, judge or "
+                                      "target server, in turn)"),
     url: Optional[str] = typer.Option(None, help="--serve: a running frontend on loopback (default: start one on simulated servers)"),
     requests: Optional[int] = typer.Option(
         None, help="--serve: requests per model (default 16); --load: requests per point, or three per concurrent request if more (default 32, --quick 16)"),
@@ -439,10 +445,14 @@ def bench(
         None, help="simulated target decode time per token in ms (default 20; 5 with --load); judge half, draft c times"),
     alpha_shift: bool = typer.Option(True, help="also compare adaptive and fixed γ when α drops halfway"),
     as_json: AsJson = False,
-    out: Optional[Path] = typer.Option(None, help="write bench.json, bench.md and PNG plots here"),
+    out: Optional[Path] = typer.Option(None, help="write bench.json, bench.md and PNG plots here (--soak: soak.json "
+                                       "and the processes' logs)"),
 ):
     """Measure the engines on simulated servers with GPU-like timing: against the theory (--sim), under load
-    (--load), or a running frontend (--serve)."""
+    (--load), or a running frontend (--serve); or soak `lookahead serve` with faults (--soak)."""
+    if soak:
+        _bench_soak(duration, clients, fault_every, as_json, out)
+        return
     if serve_load:
         _bench_serve(url, 16 if requests is None else requests, concurrency, max_concurrent, queue_timeout, time_limit,
                      api_key, as_json)
@@ -583,6 +593,30 @@ def _bench_serve(url, n, concurrency, max_concurrent, queue_timeout, time_limit,
         p99 = "n/a" if r["p99_latency_s"] is None else f"{r['p99_latency_s']:.2f}"
         print(f"{r['model']:>9}: {r['completed']}/{r['requests']} ok, {r['requests_per_s']:.2f} req/s, "
               f"{r['tokens_per_s']:.1f} tok/s, p50 {p50} s, p99 {p99} s, statuses {r['statuses']}")
+
+
+def _bench_soak(duration: float, clients: int, fault_every: float, as_json: bool, out: Optional[Path]) -> None:
+    from rich.console import Console
+
+    from lookahead_reasoning.eval.soak import SoakSettings, run_soak, soak_summary, soak_tables
+
+    settings = validated(SoakSettings, duration_s=duration, clients=clients, fault_every_s=fault_every)
+    report = run_soak(settings, out, say=lambda line: err.print(line, highlight=False))
+    if out:
+        (out / "soak.json").write_text(json.dumps(report, indent=2))
+        err.print(f"report written to {out / 'soak.json'}; logs in {out}")
+    if as_json:
+        print(json.dumps(report))
+    else:
+        console = Console()
+        if not console.is_terminal:  # a file or a pipe: wide enough for every column, not rich's 80
+            console = Console(width=160)
+        for table in soak_tables(report):
+            console.print(table)
+        for line in soak_summary(report):
+            console.print(line, highlight=False, markup=False)
+    if not report["passed"]:
+        raise typer.Exit(1)
 
 
 def simserver(

@@ -58,6 +58,9 @@ def main() -> None:
         "reasoning": state["reasoning"],
         "tool": state["tool"],
         "verdict": state["verdict"],
+        # the server's score of each choice: `select` picks the best
+        "tool_scores": state.get_meta_info("tool")["normalized_prompt_logprobs"],
+        "verdict_scores": state.get_meta_info("verdict")["normalized_prompt_logprobs"],
         "stats": {"rounds": result.stats.rounds, "acceptance_rate": result.stats.acceptance_rate,
                   "wall_time_s": result.stats.wall_time_s},
     }))

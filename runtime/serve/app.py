@@ -81,7 +81,7 @@ def build_app(connection: Connection, config: LookaheadConfig, settings: ServeSe
         healthy = all(v == "ok" for v in status.values())
         return JSONResponse({"status": "ok" if healthy else "degraded", "servers": status}, 200 if healthy else 503)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)  # the schema then says text/plain, as it is
     async def metrics():
         return PlainTextResponse(generate_latest(service.metrics.registry).decode(), media_type="text/plain; version=0.0.4")
 
