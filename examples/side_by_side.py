@@ -23,7 +23,7 @@ from lookahead_reasoning.runtime.endpoints import load_endpoints
 
 
 def method_config(method: str, max_tokens: int) -> LookaheadConfig:
-    """`ENGINE-DEPTH[-FORK]`: sync-2, async-adaptive, sync-2-batched (the sync fork as one batch), ..."""
+    """`ENGINE-DEPTH[-FORK]`: sync-2, async-adaptive, sync-2-batched (LookaheadConfig.fork), ..."""
     engine, _, rest = method.partition("-")
     depth, _, fork = rest.partition("-")
     if engine not in ("sync", "async") or not (depth == "adaptive" or depth.isdigit()) or fork not in ("", "streamed",

@@ -33,8 +33,9 @@ class LookaheadConfig(BaseModel):
     engine: Literal["sync", "async"] = Field("sync", description="async overlaps drafting with verification")
     fork: Literal["streamed", "batched"] = Field(
         "streamed", description="sync chain rounds: streamed judges each draft step as soon as the target's step "
-        "it is compared with arrives and aborts branches that can no longer be kept; batched sends the fork as "
-        "one request and judges every pair (every pair of a round is then known: `verifiers collect`)",
+        "it is compared with arrives and aborts branches that can no longer be kept (streamed_fork.py); batched "
+        "sends the fork as one request and judges every pair (every pair of a round is then known: `verifiers "
+        "collect`)",
     )
     tree_temperature: float = Field(0.8, gt=0.0, description="draft temperature for W > 1 when draft sampling is greedy")
     delimiter: str = Field("\n\n", min_length=1, description="text that ends a step")

@@ -156,10 +156,12 @@ def test_full_run_against_real_servers_keeps_a_consistent_trace(reasoner):
     assert stats.target_branch_cache_ratio > 0.5
 
 
-def test_exact_verification_reproduces_the_target_alone(reasoner):
-    """With only identical steps accepted, LR must write exactly what AR writes, here with partial steps too."""
+@pytest.mark.parametrize("fork", ["batched", "streamed"])
+def test_exact_verification_reproduces_the_target_alone(reasoner, fork):
+    """With only identical steps accepted, LR must write exactly what AR writes, here with partial steps too,
+    whether a round's fork is one batch or its branches go one by one (streamed_fork.py)."""
     conn = reasoner.connection
-    config = LookaheadConfig(depth=2, max_step_tokens=3, max_tokens=64)
+    config = LookaheadConfig(depth=2, max_step_tokens=3, max_tokens=64, fork=fork)
     lr = SyncEngine(config, conn.models, ExactMatchVerifier()).run(QUESTION)
     ar = reasoner.baseline(QUESTION)
     assert lr.text == ar.text == "We add two and three\n\nHence \\boxed{5}"

@@ -49,3 +49,22 @@ def test_a_rerun_skips_the_problems_already_collected(tmp_path):
     assert asked == ["question 0", "question 1", "question 2"]
     assert done_problems(out) == {"p0", "p1", "p2"}
     assert len(out.read_text().splitlines()) == 9
+
+
+def test_the_labelled_set_in_the_project_is_well_formed():
+    """data/step_pairs.jsonl: loadable as a study's pairs, both splits, no problem in both, labels explained."""
+    from pathlib import Path
+
+    from lookahead_reasoning.eval.verifier_study import load_pairs
+
+    path = Path(__file__).resolve().parents[1] / "data" / "step_pairs.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert len(load_pairs(path)) == len(rows) and len({r["id"] for r in rows}) == len(rows)
+    splits = {split: {r["problem"] for r in rows if r["split"] == split} for split in ("dev", "test")}
+    assert splits["dev"] and splits["test"] and not splits["dev"] & splits["test"]
+    for r in rows:
+        assert " ".join(r["step_a"].lower().split()) != " ".join(r["step_b"].lower().split())  # not trivially equal
+        first, second = r["readings"]
+        assert r["agreement"] == ("agreed" if first == second else "resolved")
+        assert first != second or r["equivalent"] == first
+        assert r["note"].strip() and r["context"] is not None and r["question"].strip()

@@ -48,9 +48,9 @@ class HeldBranches(ScriptedModels):
         return True
 
 
-def sync_run(models, words=ACCEPT, depth=2, **config):
+def sync_run(models, words=ACCEPT, depth=2, fork="streamed", **config):
     verifier = FastPathVerifier(ScriptedJudge(words))
-    return SyncEngine(LookaheadConfig(depth=depth, **config), models, verifier).run("q")
+    return SyncEngine(LookaheadConfig(depth=depth, fork=fork, **config), models, verifier).run("q")
 
 
 def test_a_rejection_ends_the_round_without_waiting_for_the_branches_after_it():
