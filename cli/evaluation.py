@@ -10,6 +10,7 @@ from typing import Annotated, Iterator, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from lookahead_reasoning.runtime.config import DEFAULT_VERIFIER
 from lookahead_reasoning.cli.options import (
     ApiKey, AsJson, ChatTemplate, Depth, DraftUrl, EmbeddingModel, EndpointsFile, JudgeUrl, MaxStepTokens, MaxTokens,
     TargetUrl, Temperature, Threshold, Timeout, VERIFIERS, Verifier, Width, depth_options, endpoints_from, err,
@@ -84,7 +85,7 @@ def eval_command(
     methods: str = typer.Option("ar,lr", help="comma-separated: ar, lr, lr-async, draft"),
     limit: Optional[int] = typer.Option(None, help="the first N problems"),
     samples: int = typer.Option(1, help="runs per problem and method (seeds differ when sampling)"),
-    verifier: Verifier = "llm-judge",
+    verifier: Verifier = DEFAULT_VERIFIER,
     threshold: Threshold = None,
     out: Path = typer.Option(..., help="folder for results.jsonl and the report"),
     endpoints: EndpointsFile = None,
@@ -329,7 +330,7 @@ def verifiers_collect(
     depth: int = typer.Option(3, min=1, help="γ: draft steps per round (each round gives γ pairs)"),
     max_tokens: MaxTokens = 512,
     max_step_tokens: MaxStepTokens = 100,
-    verifier: Verifier = "llm-judge",
+    verifier: Verifier = DEFAULT_VERIFIER,
     threshold: Threshold = None,
     timeout: Timeout = 300.0,
 ):
@@ -363,7 +364,7 @@ def sweep_command(
     sim_c: float = typer.Option(0.1, help="--sim: draft time per token / target time per token"),
     sim_target_ms: float = typer.Option(20.0, help="--sim: target decode time per token (ms); the judge's is half"),
     engine: str = typer.Option("sync", help="sync or async"),
-    verifier: Verifier = "llm-judge",
+    verifier: Verifier = DEFAULT_VERIFIER,
     threshold: Threshold = None,
     endpoints: EndpointsFile = None,
     draft_url: DraftUrl = None,

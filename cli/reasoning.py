@@ -7,6 +7,7 @@ import time
 
 import typer
 
+from lookahead_reasoning.runtime.config import DEFAULT_VERIFIER
 from lookahead_reasoning.cli.options import (
     AsJson, ChatTemplate, Depth, Device, DraftUrl, EndpointsFile, Engine, JudgeUrl, MaxStepTokens, MaxTokens,
     TargetUrl, Temperature, Threshold, Timeout, Verifier, Width, depth_options, endpoints_from, err, make_config,
@@ -31,7 +32,7 @@ def run(
     engine: Engine = "sync",
     max_tokens: MaxTokens = 1024,
     max_step_tokens: MaxStepTokens = 100,
-    verifier: Verifier = "llm-judge",
+    verifier: Verifier = DEFAULT_VERIFIER,
     threshold: Threshold = None,
     temperature: Temperature = 0.0,
     timeout: Timeout = 300.0,

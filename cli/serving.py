@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from lookahead_reasoning.runtime.config import DEFAULT_VERIFIER
 from lookahead_reasoning.cli.options import (
     ApiKey, ChatTemplate, Depth, Device, DraftUrl, EndpointsFile, Engine, JudgeUrl, TargetUrl, Threshold, Verifier,
     Width, depth_options, endpoints_from, err, make_config, number_list,
@@ -131,7 +132,7 @@ def serve(
     engine: Engine = "sync",
     depth: Depth = "adaptive",
     width: Width = 1,
-    verifier: Verifier = "llm-judge",
+    verifier: Verifier = DEFAULT_VERIFIER,
     threshold: Threshold = None,
     max_concurrent: int = typer.Option(4, help="requests that run at once; the rest wait"),
     queue_timeout: float = typer.Option(30.0, help="seconds a request may wait for a slot before 429 "
