@@ -493,8 +493,8 @@ def test_downstream_failures_reveal_no_urls_or_bodies(frontend, servers):
 
 @pytest.mark.parametrize("content, fragment", [
     ("{not json", "not valid JSON"),
-    ('{"llm-judge@lookahead-sim-judge": {"threshold": 0.5}}', "is not a calibration"),
-    ('{"llm-judge@lookahead-sim-judge": 5}', "is not a calibration"),
+    ('{"llm-judge+numbers@lookahead-sim-judge": {"threshold": 0.5}}', "is not a calibration"),  # the default verifier's
+    ('{"llm-judge+numbers@lookahead-sim-judge": 5}', "is not a calibration"),
     ("[1, 2]", "not a JSON object"),
 ])
 def test_a_broken_calibration_file_stops_serve_at_start_up(servers, capsys, tmp_path, monkeypatch,
@@ -513,7 +513,7 @@ def test_a_broken_calibration_file_stops_serve_at_start_up(servers, capsys, tmp_
                   ServeSettings())
 
 
-@pytest.mark.parametrize("later", ["{not json", '{"llm-judge@lookahead-sim-judge": {"threshold": "high"}}'])
+@pytest.mark.parametrize("later", ["{not json", '{"llm-judge+numbers@lookahead-sim-judge": {"threshold": "high"}}'])
 def test_a_calibration_file_that_breaks_while_serving_fails_no_request(servers, tmp_path, monkeypatch, later):
     path = tmp_path / "calibration.json"
     monkeypatch.setenv("LOOKAHEAD_CALIBRATION", str(path))
