@@ -23,15 +23,15 @@ from lookahead_reasoning.runtime.endpoints import load_endpoints
 
 
 def method_config(method: str, max_tokens: int) -> LookaheadConfig:
-    """`ENGINE-DEPTH[-FORK]`: sync-2, async-adaptive, sync-2-batched (LookaheadConfig.fork), ..."""
+    """`ENGINE-DEPTH[-FORK]`: sync-2, async-adaptive, sync-2-streamed (LookaheadConfig.fork), ..."""
     engine, _, rest = method.partition("-")
     depth, _, fork = rest.partition("-")
     if engine not in ("sync", "async") or not (depth == "adaptive" or depth.isdigit()) or fork not in ("", "streamed",
                                                                                                     "batched"):
-        raise SystemExit(f"error: a method is ENGINE-DEPTH[-FORK] (sync-2, async-adaptive, sync-2-batched), "
+        raise SystemExit(f"error: a method is ENGINE-DEPTH[-FORK] (sync-2, async-adaptive, sync-2-streamed), "
                          f"got {method!r}")
     depth_options = {"adaptive_depth": True, "depth": 4} if depth == "adaptive" else {"depth": int(depth)}
-    return LookaheadConfig(engine=engine, max_tokens=max_tokens, fork=fork or "streamed", **depth_options)
+    return LookaheadConfig(engine=engine, max_tokens=max_tokens, fork=fork or "batched", **depth_options)
 
 
 def problem_range(text: str) -> range:

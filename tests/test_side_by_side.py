@@ -34,7 +34,7 @@ def test_methods_beside_ar_one_line_per_problem_and_a_rerun_resumes(sims, tmp_pa
     data = tmp_path / "problems.jsonl"
     data.write_text("\n".join(json.dumps({"question": f"problem {i}?"}) for i in range(4)) + "\n")
     out = tmp_path / "out.jsonl"
-    args = ["--endpoints", str(endpoints), "--data", str(data), "--problems", "1-2", "--methods", "sync-2,async-1,sync-2-batched",
+    args = ["--endpoints", str(endpoints), "--data", str(data), "--problems", "1-2", "--methods", "sync-2,async-1,sync-2-streamed",
             "--max-tokens", "200", "--out", str(out)]
     script = _script()
     lines = script.main(args)
@@ -44,7 +44,7 @@ def test_methods_beside_ar_one_line_per_problem_and_a_rerun_resumes(sims, tmp_pa
         assert row["ar"]["tokens"] > 0 and row["sync-2"]["tokens"] == row["ar"]["tokens"]  # the same text here
         assert row["sync-2"]["accepted"] > 0 and set(row["sync-2"]["depths"]) == {2}
     assert lines[0].startswith("sync-2: ") and "answers equal to AR's 2/2" in lines[0]
-    assert all(row["sync-2-batched"]["tokens"] == row["sync-2"]["tokens"] for row in rows)  # the same steps kept
+    assert all(row["sync-2-streamed"]["tokens"] == row["sync-2"]["tokens"] for row in rows)  # the same steps kept
     capsys.readouterr()
     script.main(args[:5] + ["1-3"] + args[6:])  # problems 1 and 2 are in the file: only 3 runs
     assert [json.loads(line)["problem"] for line in out.read_text().splitlines()] == [1, 2, 3]
