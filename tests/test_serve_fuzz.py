@@ -30,6 +30,10 @@ from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.serve import ServeSettings
 from lookahead_reasoning.runtime.serve.schemas import AR_MODEL, LR_MODEL, MAX_STOP, ChatRequest, CompletionRequest
 
+# Runs in its own pytest process (`.ci/run`'s second stage): in the default run it leaves state behind that
+# stalls tests/test_serve_load.py after it (not yet diagnosed).
+pytestmark = pytest.mark.slow
+
 CAP = 200  # --max-tokens-cap: the simulated answers are about 30 tokens, so every cap is reached quickly
 CHECKS = [not_a_server_error, content_type_conformance, response_schema_conformance]
 
