@@ -10,11 +10,10 @@ from typing import Annotated, Iterator, Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from lookahead_reasoning.runtime.config import DEFAULT_VERIFIER
 from lookahead_reasoning.cli.options import (
-    ApiKey, AsJson, ChatTemplate, Depth, DraftUrl, EmbeddingModel, EndpointsFile, JudgeUrl, MaxStepTokens, MaxTokens,
-    TargetUrl, Temperature, Threshold, Timeout, VERIFIERS, Verifier, Width, depth_options, endpoints_from, err,
-    make_config, number_list,
+    DEFAULT_VERIFIER, ApiKey, AsJson, ChatTemplate, Depth, DraftUrl, EmbeddingModel, EndpointsFile, JudgeUrl,
+    MaxStepTokens, MaxTokens, TargetUrl, Temperature, Threshold, Timeout, VERIFIERS, Verifier, Width, depth_options,
+    endpoints_from, err, make_config, number_list,
 )
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.endpoints import Endpoints
@@ -179,10 +178,6 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def _fmt_ci(value: float | None, interval: tuple[float, float] | None) -> str:
-    return _fmt(value) + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if value is not None and interval else "")
-
-
 PairsFile = Annotated[Path, typer.Option(
     "--pairs", help="JSON lines {step_a, step_b, equivalent[, id, context, split]}")]
 Split = Annotated[Optional[str], typer.Option("--split", help="only the pairs whose split field is this (dev, test)")]
@@ -214,6 +209,7 @@ def verifiers_evaluate(
     as_json: bool = typer.Option(False, "--json", help="print the metrics as JSON, intervals included"),
 ):
     """Precision, recall and F1 (with 95 % bootstrap intervals) and accuracy of a verifier on labelled pairs."""
+    from lookahead_reasoning.eval.verifier_report import metric_cell
     from lookahead_reasoning.eval.verifier_study import evaluate
     from lookahead_reasoning.verifiers.registry import resolve_threshold
 
@@ -224,8 +220,8 @@ def verifiers_evaluate(
     if as_json:
         print(result.model_dump_json())
         return
-    print(f"{verifier}: precision {_fmt_ci(result.precision, result.precision_ci)}, "
-          f"recall {_fmt_ci(result.recall, result.recall_ci)}, F1 {_fmt_ci(result.f1, result.f1_ci)}, "
+    print(f"{verifier}: precision {metric_cell(result.precision, result.precision_ci)}, "
+          f"recall {metric_cell(result.recall, result.recall_ci)}, F1 {metric_cell(result.f1, result.f1_ci)}, "
           f"accuracy {result.accuracy:.3f}, threshold {_fmt(result.threshold)}, n {result.n}")
 
 
@@ -337,7 +333,7 @@ def verifiers_collect(
     """Run lookahead rounds on a benchmark and write every judged (target step, draft step) pair with its context:
     the raw material of a labelled set (label by the guide in docs/evaluation.md)."""
     from lookahead_reasoning.eval.datasets import load_problems
-    from lookahead_reasoning.eval.step_pairs import collect
+    from lookahead_reasoning.eval.step_pairs import collect, done_problems
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
     config = make_config(depth=depth, max_tokens=max_tokens, max_step_tokens=max_step_tokens, verifier=verifier,
@@ -346,7 +342,8 @@ def verifiers_collect(
     reasoner = LookaheadReasoner(endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template), config)
     source = f"{dataset}:{data.name if data else 'hub'}"
     with progress_bar() as progress:
-        task = progress.add_task("collecting pairs", total=len(problems))
+        done = done_problems(out)
+        task = progress.add_task("collecting pairs", total=sum(p.id not in done for p in problems))
         written = collect(problems, lambda message, on_round: reasoner.run(message, on_round=on_round), out, source,
                           on_problem=lambda problem, n: progress.advance(task))
     err.print(f"{written} pairs appended to {out}")

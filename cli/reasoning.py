@@ -7,10 +7,10 @@ import time
 
 import typer
 
-from lookahead_reasoning.runtime.config import DEFAULT_VERIFIER
 from lookahead_reasoning.cli.options import (
-    AsJson, ChatTemplate, Depth, Device, DraftUrl, EndpointsFile, Engine, JudgeUrl, MaxStepTokens, MaxTokens,
-    TargetUrl, Temperature, Threshold, Timeout, Verifier, Width, depth_options, endpoints_from, err, make_config,
+    DEFAULT_VERIFIER, AsJson, ChatTemplate, Depth, Device, DraftUrl, EndpointsFile, Engine, JudgeUrl, MaxStepTokens,
+    MaxTokens, TargetUrl, Temperature, Threshold, Timeout, Verifier, Width, depth_options, endpoints_from, err,
+    make_config,
 )
 from lookahead_reasoning.errors import LookaheadError
 

@@ -10,10 +10,9 @@ from typing import Optional
 
 import typer
 
-from lookahead_reasoning.runtime.config import DEFAULT_VERIFIER
 from lookahead_reasoning.cli.options import (
-    ApiKey, ChatTemplate, Depth, Device, DraftUrl, EndpointsFile, Engine, JudgeUrl, TargetUrl, Threshold, Verifier,
-    Width, depth_options, endpoints_from, err, make_config, number_list,
+    DEFAULT_VERIFIER, ApiKey, ChatTemplate, Depth, Device, DraftUrl, EndpointsFile, Engine, JudgeUrl, TargetUrl,
+    Threshold, Verifier, Width, depth_options, endpoints_from, err, make_config, number_list,
 )
 from lookahead_reasoning.runtime import offline_models
 from lookahead_reasoning.runtime.endpoints import default_endpoints_path, load_endpoints, save_endpoints

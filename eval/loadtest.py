@@ -21,7 +21,7 @@ from lookahead_reasoning.errors import LookaheadError
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-def _percentile(values: list[float], q: float) -> float | None:
+def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
@@ -66,7 +66,7 @@ def load(url: str, model: str, n: int, concurrency: int, max_tokens: int, api_ke
         "model": model, "requests": n, "concurrency": concurrency, "wall_s": wall,
         "completed": len(latencies), "statuses": statuses,
         "requests_per_s": len(latencies) / wall, "tokens_per_s": sum(tokens) / wall,
-        "p50_latency_s": _percentile(latencies, 0.5), "p99_latency_s": _percentile(latencies, 0.99),
+        "p50_latency_s": percentile(latencies, 0.5), "p99_latency_s": percentile(latencies, 0.99),
         "median_latency_s": statistics.median(latencies) if latencies else None,
     }
 

@@ -41,6 +41,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from lookahead_reasoning.errors import LookaheadError
+from lookahead_reasoning.eval.loadtest import percentile
 from lookahead_reasoning.runtime.processes import (
     answers, dies_with_parent, free_port, port_in_use, stop_group, wait_until,
 )
@@ -501,13 +502,6 @@ async def _final_check(clients: _Clients) -> dict:
 
 # --- the report -------------------------------------------------------------------------------------------
 
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def _rounded(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
@@ -542,7 +536,7 @@ def _report(settings: SoakSettings, outcomes: list[Outcome], faults: list[dict],
             "minute": w + 1, "sent": counts["sent"], "answered": counts["answered"], "drafted": counts["drafted"],
             "degraded": counts["degraded"],
             "errors": sum(counts["errors"].values()), "lost": counts["lost"],
-            "p50_s": _rounded(_percentile(latencies, 0.5), 3), "p99_s": _rounded(_percentile(latencies, 0.99), 3),
+            "p50_s": _rounded(percentile(latencies, 0.5), 3), "p99_s": _rounded(percentile(latencies, 0.99), 3),
             "rss_mib": _rounded(max((s["rss_mib"] for s in sampled), default=None), 1),
             "threads": max((s["threads"] for s in sampled), default=None),
             "fds": max((s["fds"] for s in sampled), default=None),

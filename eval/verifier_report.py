@@ -128,7 +128,8 @@ def run_study(pairs: list[LabelledPair], path: Path, names: list[str], build: Ca
                  rows=rows, calibrations=calibrations, curves=curves)
 
 
-def _cell(value: float | None, interval: tuple[float, float] | None) -> str:
+def metric_cell(value: float | None, interval: tuple[float, float] | None) -> str:
+    """0.912 [0.800, 1.000]; n/a where the metric is undefined."""
     if value is None:
         return "n/a"
     return f"{value:.3f}" + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
@@ -145,8 +146,8 @@ def markdown(study: Study) -> str:
     ]
     for r in study.rows:
         m = r.metrics
-        lines.append(f"| {r.verifier} | {r.threshold:.3f} | {r.source} | {_cell(m.precision, m.precision_ci)} | "
-                     f"{_cell(m.recall, m.recall_ci)} | {_cell(m.f1, m.f1_ci)} | {m.n} |")
+        lines.append(f"| {r.verifier} | {r.threshold:.3f} | {r.source} | {metric_cell(m.precision, m.precision_ci)} | "
+                     f"{metric_cell(m.recall, m.recall_ci)} | {metric_cell(m.f1, m.f1_ci)} | {m.n} |")
     return "\n".join(lines) + "\n"
 
 

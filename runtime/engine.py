@@ -234,13 +234,13 @@ class Engine:
         except Exception as error:
             raise target_failed(error) from None
         if streamed:
-            returned = list(fork.target_after.values())  # the branches the round waited for
+            returned = outputs = list(fork.target_after.values())  # the branches the round waited for
             target_after, found, judge_s = fork.target_after, fork.verdicts, fork.judge_s
             target_s = time.perf_counter() - t1 - judge_s  # the judge overlapped the branches it did not wait for
         else:
             if len(targets) != len(continuations):
                 raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
-            returned = targets[: len(branches)]
+            returned, outputs = targets[: len(branches)], targets  # outputs: a fork probe's branch too
             target_after = dict(zip(branches, targets))
             t2 = time.perf_counter()
             target_s = t2 - t1
@@ -264,10 +264,10 @@ class Engine:
                 for i in judged_nodes
             ],
             started=started, draft_s=draft_s, target_s=target_s,
-            target_server_s=server_s([t.server_s for t in returned], max),
+            target_server_s=server_s([t.server_s for t in outputs], max),
             judge_s=judge_s, branches=len(branches),
             target_tokens=max(t.completion_tokens for t in returned),
-            target_tokens_all=sum(t.completion_tokens for t in (returned if streamed else targets)),
+            target_tokens_all=sum(t.completion_tokens for t in outputs),
             target_others=load.others,
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, draft_steps=tree.depth,

@@ -36,7 +36,6 @@ class StreamedFork:
     target_after: dict[int, StepOutput] = field(default_factory=dict)  # branch node (ROOT: the prefix) -> t
     verdicts: dict[int, Verdict] = field(default_factory=dict)  # judged node -> verdict
     judge_s: float = 0.0  # the judge's calls, summed (they overlap branches still running)
-    aborted: int = 0  # branches stopped on the server once their fate was known
 
 
 def supports_streaming(models) -> bool:
@@ -61,8 +60,8 @@ def stream_fork(
         _judge_in_order(tree, futures, judge, out)
     finally:
         for b, future in futures.items():
-            if not future.done() and future.cancel() is False:
-                out.aborted += bool(models.abort_target(rids[b]))
+            if not future.done() and not future.cancel():  # already sent: stop it on the server
+                models.abort_target(rids[b])
     return out
 
 

@@ -143,7 +143,9 @@ def _reasoner(endpoints, **config):
     from lookahead_reasoning.runtime.config import LookaheadConfig
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
-    return LookaheadReasoner(endpoints, LookaheadConfig(**{"depth": 3, "max_tokens": 64, **config}))
+    # the LLM judge alone (no numbers gate), so that tiny-draft's second step reaches the judge through the router
+    return LookaheadReasoner(endpoints, LookaheadConfig(**{"depth": 3, "max_tokens": 64, "verifier": "llm-judge",
+                                                           **config}))
 
 
 def _direct(endpoints, worker: str):

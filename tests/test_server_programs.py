@@ -21,7 +21,8 @@ QUESTION = "What is two and three?"
 
 @pytest.fixture(scope="module")
 def reasoner(tiny_endpoints):
-    return LookaheadReasoner(tiny_endpoints, LookaheadConfig(depth=3, max_tokens=64))
+    """The LLM judge alone decides what the fast path leaves, so the judge program runs on the real server."""
+    return LookaheadReasoner(tiny_endpoints, LookaheadConfig(depth=3, max_tokens=64, verifier="llm-judge"))
 
 
 def test_target_fork_branches_reuse_the_cached_prefix(reasoner):
@@ -154,6 +155,15 @@ def test_full_run_against_real_servers_keeps_a_consistent_trace(reasoner):
     assert stats.judge.requests == 1 and (stats.draft_steps_judged, stats.draft_steps_accepted) == (2, 1)
     assert stats.draft.completion_tokens > 0 and stats.target.cached_tokens > 0
     assert stats.target_branch_cache_ratio > 0.5
+
+
+def test_the_default_verifier_rejects_a_new_number_before_asking_the_judge(tiny_endpoints):
+    """tiny-draft's "Thus \\boxed{6}" states a 6 that neither the target's step nor the prompt holds: the numbers
+    gate of the default verifier (llm-judge+numbers) rejects it, and the judge's server is not asked."""
+    result = LookaheadReasoner(tiny_endpoints, LookaheadConfig(depth=3, max_tokens=64)).run(QUESTION)
+    [exact, gated] = result.round_log[0].judged
+    assert exact.method == "exact" and (gated.method, gated.accept, gated.score) == ("numbers", False, None)
+    assert result.answer == "5" and result.stats.judge.requests == 0
 
 
 @pytest.mark.parametrize("fork", ["batched", "streamed"])
