@@ -2,7 +2,7 @@
 
 - serving: launch, stop, serve, models (cli/serving.py)
 - reasoning: run, demo (cli/reasoning.py)
-- evaluation: eval, sweep, bench, simserver, verifiers (cli/evaluation.py)
+- evaluation: eval, report, sweep, bench, simserver, verifiers (cli/evaluation.py)
 - servers: servers probe (cli/servers.py)
 
 Parsing the command line does not import SGLang; a command imports it when it runs a program.
@@ -32,6 +32,7 @@ app.add_typer(servers.servers_app, name="servers", rich_help_panel="Serving")
 for command in (reasoning.run, reasoning.demo):
     app.command(rich_help_panel="Reasoning")(command)
 app.command("eval", rich_help_panel="Evaluation")(evaluation.eval_command)
+app.command("report", rich_help_panel="Evaluation")(evaluation.report_command)
 app.command("sweep", rich_help_panel="Evaluation")(evaluation.sweep_command)
 for command in (evaluation.bench, evaluation.simserver):
     app.command(rich_help_panel="Evaluation")(command)

@@ -57,7 +57,7 @@ def describe_verifier(server_set: Endpoints, config: LookaheadConfig) -> str:
 
 
 def run_with_progress(problems, methods, endpoints, out, settings, samples, label: str, grade_answers: bool = True,
-                      unsafe_no_sandbox: bool = False):
+                      unsafe_no_sandbox: bool = False, **selection):
     from lookahead_reasoning.eval.runner import run_eval
 
     with progress_bar() as bar:
@@ -75,14 +75,18 @@ def run_with_progress(problems, methods, endpoints, out, settings, samples, labe
                           f"{record.output_tokens} tokens", highlight=False)
 
         return run_eval(problems, methods, endpoints, out, settings, samples, progress=advance,
-                        grade_answers=grade_answers, unsafe_no_sandbox=unsafe_no_sandbox)
+                        grade_answers=grade_answers, unsafe_no_sandbox=unsafe_no_sandbox, **selection)
 
 
 def eval_command(
     dataset: str = typer.Option(..., help="gsm8k, math500, aime24, amc23, gpqa_diamond, humaneval, livecodebench, mt_bench"),
     data: Optional[Path] = typer.Option(None, help="local JSON Lines file (default: the Hugging Face hub)"),
-    methods: str = typer.Option("ar,lr", help="comma-separated: ar, lr, lr-async, draft"),
-    limit: Optional[int] = typer.Option(None, help="the first N problems"),
+    methods: str = typer.Option("ar,lr", help="comma-separated: ar, lr, lr-async, lr-random, draft"),
+    problems: Optional[str] = typer.Option(None, "--problems", help="FIRST-LAST: the problems at these 0-based indices"),
+    limit: Optional[int] = typer.Option(None, help="the first N problems (with --ar-finishes: the first N kept)"),
+    ar_finishes: bool = typer.Option(
+        False, "--ar-finishes", help="keep only problems whose AR answer ends before --max-tokens (ar must come first)"),
+    concurrency: int = typer.Option(1, help="problems run at once (times are then measured under that load)"),
     samples: int = typer.Option(1, help="runs per problem and method (seeds differ when sampling)"),
     verifier: Verifier = DEFAULT_VERIFIER,
     threshold: Threshold = None,
@@ -104,7 +108,7 @@ def eval_command(
         help="grade code answers without bubblewrap isolation (an audit hook and rlimits only): only where bwrap cannot run"),
 ):
     """Evaluate methods on a benchmark: accuracy, acceptance, speedup against AR, tokens/s."""
-    from lookahead_reasoning.eval.datasets import dataset_spec, load_problems
+    from lookahead_reasoning.eval.datasets import dataset_spec, load_problems, problem_span
     from lookahead_reasoning.eval.report import markdown_report, write_report
     from lookahead_reasoning.eval.runner import parse_methods
     from lookahead_reasoning.eval.served import served_models
@@ -119,28 +123,47 @@ def eval_command(
         seed=seed, request_timeout_s=timeout,
     )
     method_specs = parse_methods(methods, config)
-    problems = load_problems(dataset, data, limit)
+    span = problem_span(problems) if problems else None
+    chosen = load_problems(dataset, data, None if ar_finishes else limit, span)
     server_set = endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)
     settings = {"dataset": dataset, "data": str(data) if data else spec.hf_id,
                 "config": config.model_dump(exclude={"request_timeout_s"})}
     settings["models"] = served_models(server_set)  # a resume against other models is refused
+    settings.update(concurrency=concurrency, ar_finishes=ar_finishes)
     verifier_note = describe_verifier(server_set, config)
     if unsafe_no_sandbox:
         err.print("warning: --unsafe-no-sandbox: model-written code runs without isolation, "
                   "behind an audit hook and rlimits only", highlight=False)
-    elif any(p.grader == "code" for p in problems):
+    elif any(p.grader == "code" for p in chosen):
         from lookahead_reasoning.eval.sandbox import limits_warning
 
         warning = limits_warning()  # where graded code could start processes: one line, before anything runs
         if warning:
             err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
-    records = run_with_progress(problems, method_specs, server_set, out, settings, samples, dataset,
-                                unsafe_no_sandbox=unsafe_no_sandbox)
-    title = f"{dataset}: {len(problems)} problems × {samples} sample(s)"
+    records = run_with_progress(chosen, method_specs, server_set, out, settings, samples, dataset,
+                                unsafe_no_sandbox=unsafe_no_sandbox, concurrency=concurrency,
+                                ar_finishes=ar_finishes, keep=limit if ar_finishes else None)
+    kept = len({r.problem_id for r in records})
+    title = f"{dataset}: {kept} problems × {samples} sample(s)"
     notes = [f"γ = {depth}, W = {width}, {verifier_note}, max_tokens {max_tokens}"] + ([spec.note] if spec.note else [])
+    if ar_finishes:
+        notes.append(f"only problems whose AR answer ends before {max_tokens} tokens")
+    if concurrency > 1:
+        notes.append(f"{concurrency} problems at once: times are under that load")
     summaries = write_report(records, [m.name for m in method_specs], out, title, notes)
     print(markdown_report(summaries, title, notes))
     err.print(f"results in {out / 'results.jsonl'}; report in {out / 'report.md'}, report.json, report.png")
+
+
+def report_command(
+    folder: Path = typer.Argument(..., help="a results folder written by `lookahead eval --out` (complete or not)"),
+):
+    """Print the report of a results folder and rewrite its report.md, report.json and report.png."""
+    from lookahead_reasoning.eval.report import markdown_report, report_folder
+
+    summaries, title, notes = report_folder(folder)
+    print(markdown_report(summaries, title, notes))
+    err.print(f"report in {folder / 'report.md'}, report.json, report.png")
 
 
 def _verifier_connection(name: str, endpoints, judge_url, target_url, chat_template, timeout):

@@ -219,13 +219,32 @@ def _load_records(spec: DatasetSpec, data: Path | None) -> tuple[list[dict], str
     return rows.to_list(), spec.hf_id
 
 
-def load_problems(name: str, data: Path | None = None, limit: int | None = None) -> list[Problem]:
+def problem_span(text: str) -> range:
+    """FIRST-LAST (0-based, both included) or one index, as a range; a one-line error otherwise."""
+    first, dash, last = text.partition("-")
+    try:
+        span = range(int(first), int(last if dash else first) + 1)
+    except ValueError:
+        raise LookaheadError(f"--problems takes FIRST-LAST (0-based, e.g. 200-249), got {text!r}") from None
+    if span.start < 0 or not span:
+        raise LookaheadError(f"--problems takes FIRST-LAST with 0 <= FIRST <= LAST, got {text!r}")
+    return span
+
+
+def load_problems(name: str, data: Path | None = None, limit: int | None = None,
+                  span: range | None = None) -> list[Problem]:
+    """The dataset's problems, those at the indices of `span` if given, then the first `limit`."""
     spec = dataset_spec(name)
     records, origin = _load_records(spec, data)
+    indexed = list(enumerate(records))
+    if span is not None:
+        if span.start >= len(records):
+            raise LookaheadError(f"{origin}: --problems starts at {span.start}, but there are {len(records)} problems")
+        indexed = indexed[span.start:span.stop]
     if limit is not None:
-        records = records[:limit]
+        indexed = indexed[:limit]
     problems = []
-    for index, record in enumerate(records):
+    for index, record in indexed:
         try:
             problems.append(spec.to_problem(record, index))
         except (KeyError, TypeError, ValueError, AttributeError) as error:

@@ -116,7 +116,7 @@ def _parse(line: bytes) -> EvalRecord | str:
         return f"not an eval result ({validation_message(error)})"
 
 
-def _read_pin(path: Path) -> dict:
+def read_pin(path: Path) -> dict:
     """eval.json as written by `pin_settings`; a one-line LookaheadError when it is not that."""
     fix = "move it away or use another --out"
     try:
@@ -163,7 +163,7 @@ def pin_settings(path: Path, settings: dict) -> None:
     checked role by role; a pin written without models takes the ones given now.
     """
     if path.exists():
-        before = _read_pin(path)
+        before = read_pin(path)
         then, now = before.get("models"), settings.get("models")
         if then is not None and now is not None and then != now:
             roles = [r for r in dict.fromkeys([*now, *then]) if then.get(r) != now.get(r)]

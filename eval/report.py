@@ -1,19 +1,24 @@
 """The eval report: accuracy, acceptance, speedup against AR and throughput per method.
 
-Speedup is paired: for every (problem, sample) that both AR and the method finished,
-AR wall time / method wall time. The report gives the mean, the median and the spread
-(min-max) of those ratios, and the aggregate (total AR time / total method time).
+Accuracy comes with a 95 % Wilson interval. The accuracy difference against AR is paired:
+over the (problem, sample) pairs both graded, the mean of (method right) − (AR right), with a
+95 % percentile-bootstrap interval over those pairs. Speedup is paired too: AR wall time /
+method wall time per pair; the report gives the mean, the median and the spread (min-max) of
+those ratios, and the aggregate (total AR time / total method time).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel
 
 from lookahead_reasoning.eval.records import EvalRecord
+from lookahead_reasoning.errors import LookaheadError
 
 
 class MethodSummary(BaseModel):
@@ -21,6 +26,9 @@ class MethodSummary(BaseModel):
     n: int
     graded: int
     accuracy: float | None
+    accuracy_ci: tuple[float, float] | None = None  # 95 % Wilson
+    accuracy_vs_ar: float | None = None  # paired mean of (right here) − (right with AR)
+    accuracy_vs_ar_ci: tuple[float, float] | None = None  # 95 % paired bootstrap
     mean_score: float | None  # judge-scored datasets (MT-Bench)
     acceptance_rate: float | None  # accepted / decided draft positions
     speedup_mean: float | None
@@ -33,6 +41,27 @@ class MethodSummary(BaseModel):
     mean_wall_s: float
     max_tokens_hits: int  # answers cut at the token cap
     degraded: int  # runs where a draft or judge failure was worked around
+
+
+def wilson_interval(right: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """The 95 % Wilson score interval of a proportion (sound at 0 and n, unlike the normal one)."""
+    if n == 0:
+        return None
+    p = right / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def paired_difference(pairs: list[tuple[bool, bool]], resamples: int = 2000,
+                      seed: int = 0) -> tuple[float | None, tuple[float, float] | None]:
+    """Mean of (a right) − (b right) over (a, b) pairs and its 95 % percentile-bootstrap interval."""
+    if not pairs:
+        return None, None
+    diffs = np.array([int(a) - int(b) for a, b in pairs], dtype=float)
+    draws = np.random.default_rng(seed).integers(0, len(diffs), size=(resamples, len(diffs)))
+    low, high = np.percentile(diffs[draws].mean(axis=1), [2.5, 97.5])
+    return float(diffs.mean()), (float(low), float(high))
 
 
 def summarize(records: list[EvalRecord], methods: list[str], baseline: str = "ar") -> list[MethodSummary]:
@@ -56,9 +85,14 @@ def summarize(records: list[EvalRecord], methods: list[str], baseline: str = "ar
                 base_total += base[key].wall_s
                 method_total += r.wall_s
         wall = sum(r.wall_s for r in rows)
+        both = [(r.correct, base[key].correct) for key, r in by_method[method].items()
+                if key in base and r.correct is not None and base[key].correct is not None]
+        diff, diff_ci = paired_difference(both) if method != baseline else (None, None)
         out.append(MethodSummary(
             method=method, n=len(rows), graded=len(graded),
             accuracy=sum(graded) / len(graded) if graded else None,
+            accuracy_ci=wilson_interval(sum(graded), len(graded)),
+            accuracy_vs_ar=diff, accuracy_vs_ar_ci=diff_ci,
             mean_score=statistics.fmean(scores) if scores else None,
             acceptance_rate=sum(r.draft_steps_accepted for r in rows) / judged if judged else None,
             speedup_mean=statistics.fmean(ratios) if ratios else None,
@@ -86,19 +120,32 @@ def _f(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _points(value: float | None, interval: tuple[float, float] | None, signed: bool = False) -> str:
+    """A proportion in percentage points with its interval: 81.3 [70.1, 89.0]."""
+    if value is None:
+        return "n/a"
+    spec = "+.1f" if signed else ".1f"
+    text = f"{100 * value:{spec}}"
+    if interval is not None:
+        text += f" [{100 * interval[0]:{spec}}, {100 * interval[1]:{spec}}]"
+    return text
+
+
 def markdown_report(summaries: list[MethodSummary], title: str, notes: list[str]) -> str:
     lines = [f"# {title}", ""]
     lines += [f"> {note}" for note in notes]
     if notes:
         lines.append("")
     lines += [
-        "| method | n | accuracy | score | acceptance | speedup mean | median | min–max | aggregate | tokens/s | mean wall s | cut at cap |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | n | accuracy % [95 % CI] | vs AR, points [95 % CI] | score | acceptance | speedup mean | median "
+        "| min–max | aggregate | tokens/s | mean wall s | cut at cap |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
         spread = "n/a" if s.speedup_min is None else f"{s.speedup_min:.2f}–{s.speedup_max:.2f}"
         lines.append(
-            f"| {s.method} | {s.n} | {_f(s.accuracy, '.1%')} | {_f(s.mean_score)} | {_f(s.acceptance_rate, '.2f')} | "
+            f"| {s.method} | {s.n} | {_points(s.accuracy, s.accuracy_ci)} | "
+            f"{_points(s.accuracy_vs_ar, s.accuracy_vs_ar_ci, signed=True)} | {_f(s.mean_score)} | {_f(s.acceptance_rate, '.2f')} | "
             f"{_f(s.speedup_mean, '.2f', '×')} | {_f(s.speedup_median, '.2f', '×')} | {spread} | "
             f"{_f(s.speedup_aggregate, '.2f', '×')} | {_f(s.tokens_per_s, '.1f')} | {s.mean_wall_s:.1f} | {s.max_tokens_hits} |"
         )
@@ -112,14 +159,17 @@ def plot_report(summaries: list[MethodSummary], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     names = [s.method for s in summaries]
+    accuracy = [s.accuracy if s.accuracy is not None else (s.mean_score or 0) / 10 for s in summaries]
+    below = [a - s.accuracy_ci[0] if s.accuracy_ci else 0 for a, s in zip(accuracy, summaries)]
+    above = [s.accuracy_ci[1] - a if s.accuracy_ci else 0 for a, s in zip(accuracy, summaries)]
     panels = [
-        ("accuracy", [s.accuracy if s.accuracy is not None else (s.mean_score or 0) / 10 for s in summaries]),
-        ("speedup vs AR (median)", [s.speedup_median or 0 for s in summaries]),
-        ("tokens / s", [s.tokens_per_s or 0 for s in summaries]),
+        ("accuracy (95 % CI)", accuracy, [below, above]),
+        ("speedup vs AR (aggregate)", [s.speedup_aggregate or 0 for s in summaries], None),
+        ("tokens / s", [s.tokens_per_s or 0 for s in summaries], None),
     ]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
-    for ax, (label, values) in zip(axes, panels):
-        ax.bar(names, values, color="#4c72b0")
+    for ax, (label, values, errors) in zip(axes, panels):
+        ax.bar(names, values, color="#4c72b0", yerr=errors, capsize=4 if errors else 0)
         ax.set_title(label)
         if label.startswith("speedup"):
             ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
@@ -139,3 +189,34 @@ def write_report(records: list[EvalRecord], methods: list[str], out: Path, title
     if summaries:
         plot_report(summaries, out / "report.png", title)
     return summaries
+
+
+def kept_records(records: list[EvalRecord], ar_finishes: bool) -> list[EvalRecord]:
+    """With `ar_finishes`, the records of the problems whose AR answers all ended before the cap."""
+    if not ar_finishes:
+        return records
+    cut = {r.problem_id for r in records if r.method == "ar" and r.finish == "max_tokens"}
+    answered = {r.problem_id for r in records if r.method == "ar"}
+    return [r for r in records if r.problem_id in answered - cut]
+
+
+def report_folder(folder: Path) -> tuple[list[MethodSummary], str, list[str]]:
+    """Rebuild report.md/json/png from a results folder (complete or not): its summaries, title and notes."""
+    from lookahead_reasoning.eval.records import ResultStore, read_pin
+
+    pin_path, results = folder / "eval.json", folder / "results.jsonl"
+    if not results.exists():
+        raise LookaheadError(f"{folder} holds no results.jsonl (the folder `lookahead eval --out` wrote)")
+    pinned = read_pin(pin_path) if pin_path.exists() else {}
+    records = kept_records(list(ResultStore(results).load().values()), bool(pinned.get("ar_finishes")))
+    methods = list(dict.fromkeys(pinned.get("methods", []) + [r.method for r in records]))
+    problems = len({r.problem_id for r in records})
+    title = f"{pinned.get('dataset', folder.name)}: {problems} problems"
+    config = pinned.get("config", {})
+    notes = [f"verifier {config.get('verifier')}, γ = {config.get('depth')}, max_tokens {config.get('max_tokens')}"] \
+        if config else []
+    if pinned.get("ar_finishes"):
+        notes.append(f"only problems whose AR answer ends before {config.get('max_tokens')} tokens")
+    if (pinned.get("concurrency") or 1) > 1:
+        notes.append(f"{pinned['concurrency']} problems at once: times are under that load")
+    return write_report(records, methods, folder, title, notes), title, notes

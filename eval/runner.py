@@ -1,14 +1,23 @@
 """`lookahead eval`: every problem, every method, the same servers and sampling settings.
 
 Methods: `ar` (the target alone), `lr` (lookahead reasoning, sync engine), `lr-async`
-(async engine), `draft` (the draft model alone: the accuracy floor). Per problem and
-sample the methods run one after another, so AR and LR meet the same server load and
-their times compare side by side. Each finished (problem, method, sample) is appended
-to results.jsonl at once; a rerun skips what is there.
+(async engine), `lr-random` (the sync engine with the `random` verifier accepting half the
+draft steps: the paper's ablation, which shows what the verifier keeps), `draft` (the draft
+model alone: the accuracy floor). Per problem and sample the methods run one after another,
+so AR and LR meet the same server load and their times compare side by side. With
+`concurrency` > 1 several problems run at once (their methods still one after another):
+answers are the same, times are under that load. Each finished (problem, method, sample) is
+appended to results.jsonl at once; a rerun skips what is there.
+
+`ar_finishes` keeps only the problems whose AR answer ends before the token cap (a problem
+whose AR answer is cut runs no other method), and `keep` stops after that many such problems:
+"the first 25 problems the target answers in under 512 tokens".
 """
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal
@@ -24,7 +33,8 @@ from lookahead_reasoning.runtime.endpoints import Endpoints
 from lookahead_reasoning.errors import LookaheadError, first_line, target_failed
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
-METHOD_NAMES = ("ar", "lr", "lr-async", "draft")
+METHOD_NAMES = ("ar", "lr", "lr-async", "lr-random", "draft")
+RANDOM_ACCEPTANCE = 0.5  # lr-random's chance of keeping a draft step
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,9 @@ def parse_methods(text: str, config: LookaheadConfig) -> list[MethodSpec]:
     for name in dict.fromkeys(names):
         if name == "lr-async":
             specs.append(MethodSpec(name, "lr", config.model_copy(update={"engine": "async"})))
+        elif name == "lr-random":
+            update = {"verifier": "random", "verifier_threshold": RANDOM_ACCEPTANCE}
+            specs.append(MethodSpec(name, "lr", config.model_copy(update=update)))
         else:
             specs.append(MethodSpec(name, name, config))  # type: ignore[arg-type]
     return specs
@@ -127,6 +140,12 @@ def safe_grade(problem: Problem, text: str, scorer, unsafe_no_sandbox: bool = Fa
         return Grade(False if problem.grader != "none" else None, None, detail=f"grading failed: {first_line(error)}")
 
 
+def cut_by_ar(records: dict[tuple[str, str, int], EvalRecord], problem_id: str) -> bool:
+    """Whether AR's answer to this problem (any sample) hit the token cap."""
+    return any(r.finish == "max_tokens" for (pid, method, _), r in records.items()
+               if pid == problem_id and method == "ar")
+
+
 def run_eval(
     problems: list[Problem],
     methods: list[MethodSpec],
@@ -137,48 +156,111 @@ def run_eval(
     progress: Callable[[EvalRecord | None, int, int], None] | None = None,
     grade_answers: bool = True,
     unsafe_no_sandbox: bool = False,
+    concurrency: int = 1,
+    ar_finishes: bool = False,
+    keep: int | None = None,
 ) -> list[EvalRecord]:
-    """Run what results.jsonl in `out` lacks; return every record of these problems and methods.
+    """Run what results.jsonl in `out` lacks; return every record of the problems kept and these methods.
 
     Without `grade_answers` (simulated servers write synthetic text) nothing is graded. Code answers
     run in bubblewrap; where it cannot run this refuses before any model runs, unless `unsafe_no_sandbox`.
     """
     if samples < 1:
         raise LookaheadError("--samples must be >= 1")
+    if concurrency < 1:
+        raise LookaheadError("--concurrency must be >= 1")
+    if keep is not None and keep < 1:
+        raise LookaheadError("--limit must be >= 1")
+    if ar_finishes and methods[0].name != "ar":
+        raise LookaheadError("--ar-finishes needs ar as the first method")
     if grade_answers and not unsafe_no_sandbox and any(p.grader == "code" for p in problems):
         require_sandbox()
     refuse_unpinned(out / "results.jsonl", out / "eval.json")
     pin_settings(out / "eval.json", {**settings, "methods": [m.name for m in methods]})
     store = ResultStore(out / "results.jsonl")
     done = store.load()
-    todo = [
-        (problem, sample, method)
-        for problem in problems
-        for sample in range(samples)
-        for method in methods
-        if (problem.id, method.name, sample) not in done
-    ]
-    total = len(problems) * samples * len(methods)
-    if progress:
-        progress(None, total - len(todo), total)
+    lock = threading.Lock()
+    if keep is not None and not ar_finishes:
+        problems = problems[:keep]
+    total = (keep or len(problems)) * samples * len(methods)
     runners = {m.name: MethodRunner(m, endpoints) for m in methods}
     scorer = None
     if grade_answers and any(p.grader == "judge-score" for p in problems):
         scorer = judge_scorer(runners[methods[0].name].reasoner(0).connection.backends["judge"])
-    for problem, sample, method in todo:
-        try:
-            fields = runners[method.name].run(problem, sample)
-        except LookaheadError as error:
-            raise LookaheadError(f"{problem.id} ({method.name}, sample {sample}): {error}") from None
-        verdict = (safe_grade(problem, fields["text"], scorer, unsafe_no_sandbox) if grade_answers
-                   else Grade(None, None, detail="not graded"))
-        record = EvalRecord(
-            problem_id=problem.id, method=method.name, sample=sample, correct=verdict.correct, score=verdict.score,
-            extracted=verdict.extracted, reference=problem.reference, grade_detail=verdict.detail, **fields,
-        )
-        store.append(record)
-        done[record.key] = record
-        if progress:
-            progress(record, 1, total)
-    wanted = {(p.id, m.name, s) for p in problems for m in methods for s in range(samples)}
+
+    def finished() -> int:
+        return sum(1 for p in problems for s in range(samples) for m in methods if (p.id, m.name, s) in done)
+
+    if progress:
+        progress(None, min(finished(), total), total)
+
+    def run_problem(problem: Problem) -> bool:
+        """Every missing (sample, method) of one problem, in order; False when AR's answer was cut."""
+        for sample in range(samples):
+            for method in methods:
+                with lock:
+                    if ar_finishes and method.name != "ar" and cut_by_ar(done, problem.id):
+                        return False
+                    if (problem.id, method.name, sample) in done:
+                        continue
+                try:
+                    fields = runners[method.name].run(problem, sample)
+                except LookaheadError as error:
+                    raise LookaheadError(f"{problem.id} ({method.name}, sample {sample}): {error}") from None
+                verdict = (safe_grade(problem, fields["text"], scorer, unsafe_no_sandbox) if grade_answers
+                           else Grade(None, None, detail="not graded"))
+                record = EvalRecord(
+                    problem_id=problem.id, method=method.name, sample=sample, correct=verdict.correct,
+                    score=verdict.score, extracted=verdict.extracted, reference=problem.reference,
+                    grade_detail=verdict.detail, **fields,
+                )
+                with lock:
+                    store.append(record)
+                    done[record.key] = record
+                    if progress:
+                        progress(record, 1, total)
+        return not (ar_finishes and cut_by_ar(done, problem.id))
+
+    kept = run_problems(problems, run_problem, concurrency, keep if ar_finishes else None)
+    wanted = {(p.id, m.name, s) for p in kept for m in methods for s in range(samples)}
     return [r for k, r in done.items() if k in wanted]
+
+
+def run_problems(problems: list[Problem], run_problem: Callable[[Problem], bool], concurrency: int,
+                 keep: int | None) -> list[Problem]:
+    """Run problems in order, `concurrency` at a time; the first `keep` (all if None) that `run_problem` keeps.
+
+    No problem starts once the kept ones and those in flight could make up `keep`; a failure stops
+    new starts and is raised once the problems in flight have finished (their results are on disk).
+    """
+    outcomes: dict[str, bool] = {}
+    pending = iter(problems)
+    in_flight: dict[Future, Problem] = {}
+    failure: BaseException | None = None
+
+    def enough() -> bool:
+        return keep is not None and sum(outcomes.values()) + len(in_flight) >= keep
+
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="eval")
+    try:
+        while True:
+            while failure is None and len(in_flight) < concurrency and not enough():
+                problem = next(pending, None)
+                if problem is None:
+                    break
+                in_flight[pool.submit(run_problem, problem)] = problem
+            if not in_flight:
+                break
+            finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in finished:
+                problem = in_flight.pop(future)
+                try:
+                    outcomes[problem.id] = future.result()
+                except Exception as error:  # raised below once the others finish
+                    failure = failure or error
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # Ctrl-C leaves at once; results are on disk
+    if failure is not None:
+        raise failure
+    kept = [p for p in problems if outcomes.get(p.id)]
+    return kept[:keep] if keep is not None else kept
