@@ -34,6 +34,7 @@ the programs here use neither.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import threading
 import time
@@ -48,9 +49,24 @@ from sglang.lang.backend.base_backend import BaseBackend
 from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint, compute_normalized_prompt_logprobs
 from sglang.lang.chat_template import get_chat_template, get_chat_template_by_model_path
 from sglang.lang.global_config import global_config
-from sglang.lang.ir import SglSamplingParams
+from sglang.lang.ir import REGEX_BOOL, REGEX_FLOAT, REGEX_INT, REGEX_STR, SglSamplingParams
 
 _LOGPROB_FIELDS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
+_DTYPE_REGEX = {"int": REGEX_INT, "float": REGEX_FLOAT, "str": REGEX_STR, "bool": REGEX_BOOL}
+
+
+def dtype_as_regex(params: SglSamplingParams) -> SglSamplingParams:
+    """`gen(dtype=...)` as the regex SGLang's frontend constrains it with (numbers also stop at a space
+    or newline); a copy, the caller's parameters unchanged."""
+    if params.dtype is None:
+        return params
+    name = params.dtype if isinstance(params.dtype, str) else getattr(params.dtype, "__name__", "")
+    if name not in _DTYPE_REGEX:
+        raise ValueError(f"gen(dtype={params.dtype!r}): dtype must be int, float, str or bool")
+    stop = [params.stop] if isinstance(params.stop, str) else list(params.stop or ())
+    if name in ("int", "float"):
+        stop += [" ", "\n"]
+    return dataclasses.replace(params, regex=_DTYPE_REGEX[name], stop=stop, dtype=None)
 
 
 class BackendError(RuntimeError):
@@ -201,7 +217,7 @@ class LookaheadEndpoint(RuntimeEndpoint):
 
     def generation_request(self, text: str, sampling_params: SglSamplingParams) -> dict:
         """The `/generate` body of the frontend's `gen` after `text`, with this backend's sampling seed."""
-        self._handle_dtype_to_regex(sampling_params)
+        sampling_params = dtype_as_regex(sampling_params)
         params = {
             "skip_special_tokens": global_config.skip_special_tokens_in_output,
             "spaces_between_special_tokens": global_config.spaces_between_special_tokens_in_out,

@@ -1,5 +1,5 @@
 """The programs' backend: a server's model by its current route or the older one, a dropped connection tried once
-more, a server that never answers as a timeout, and the proxy the environment names."""
+more, a server that never answers as a timeout, the proxy the environment names, and typed gens as regexes."""
 
 import json
 import socket
@@ -7,7 +7,9 @@ import threading
 
 import pytest
 from fastapi import FastAPI
+from sglang.lang.ir import REGEX_BOOL, REGEX_FLOAT, REGEX_INT, REGEX_STR, SglSamplingParams
 
+from lookahead_reasoning.programs.backend import dtype_as_regex
 from lookahead_reasoning.runtime.processes import UvicornThread
 
 
@@ -185,3 +187,15 @@ def test_an_endpoint_that_refuses_batches_gets_single_requests_from_then_on():
     assert [answer["text"] for answer in first] == [answer["text"] for answer in again] == ["b", "dd", "fff"]
     assert asked_first[0] == ["ab", "cd", "ef"] and sorted(asked_first[1:]) == ["ab", "cd", "ef"]
     assert sorted(texts) == ["ab", "cd", "ef"]  # no list asked again
+
+
+@pytest.mark.parametrize("dtype, regex", [(int, REGEX_INT), ("float", REGEX_FLOAT), (str, REGEX_STR), ("bool", REGEX_BOOL)])
+def test_a_gen_dtype_becomes_sglangs_regex_without_touching_the_callers_parameters(dtype, regex):
+    params = SglSamplingParams(dtype=dtype, stop="END")
+    constrained = dtype_as_regex(params)
+    assert constrained.regex == regex and constrained.dtype is None
+    assert constrained.stop == (["END", " ", "\n"] if regex in (REGEX_INT, REGEX_FLOAT) else ["END"])
+    assert params.dtype == dtype and params.regex is None and params.stop == "END"
+    assert dtype_as_regex(SglSamplingParams()) == SglSamplingParams()
+    with pytest.raises(ValueError, match="dtype must be int, float, str or bool"):
+        dtype_as_regex(SglSamplingParams(dtype=list))

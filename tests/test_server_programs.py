@@ -4,6 +4,8 @@ tiny writes "We add two and three\\n\\n" then "Hence \\boxed{5}" + EOS; tiny-dra
 writes the same first step and "Thus \\boxed{6}" + EOS.
 """
 
+import re
+
 import pytest
 
 from lookahead_reasoning.programs import LookaheadEndpoint, draft_steps, judge_pairs
@@ -207,3 +209,16 @@ def test_composition_inside_a_larger_sglang_program(reasoner, tiny_endpoints):
     assert state["lookahead"].stats.rounds >= 1
     assert state["final"] in ("yes", "no")
     assert state["reasoning"] in state.text()
+
+
+def test_a_typed_gen_is_constrained_by_the_server(tiny_endpoints):
+    import sglang as sgl
+
+    @sgl.function
+    def count(s):
+        s += "Write a number: " + sgl.gen("n", dtype=int, max_tokens=6) + "\nYes or no? " + sgl.gen(
+            "b", dtype=bool, max_tokens=3)
+
+    state = count.run(backend=LookaheadEndpoint(tiny_endpoints.target.url, chat_template="chatml"))
+    assert re.fullmatch(r"[-+]?[0-9]+", state["n"].strip()), state["n"]
+    assert state["b"] in ("True", "False")
