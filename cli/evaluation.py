@@ -16,7 +16,7 @@ from lookahead_reasoning.cli.options import (
     endpoints_from, err, make_config, number_list,
 )
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.endpoints import Endpoints
+from lookahead_reasoning.runtime.servers.endpoints import Endpoints
 from lookahead_reasoning.errors import LookaheadError, validated
 
 verifiers_app = typer.Typer(help="Verifier studies on labelled step pairs.", no_args_is_help=True)
@@ -45,7 +45,7 @@ def servers(sim: bool, sim_alpha: float, sim_c: float, sim_target_ms: float, end
 
 def describe_verifier(server_set: Endpoints, config: LookaheadConfig) -> str:
     """The verifier and the threshold a run will use, and where the threshold came from."""
-    from lookahead_reasoning.runtime.connection import Connection
+    from lookahead_reasoning.runtime.servers.connection import Connection
     from lookahead_reasoning.verifiers.registry import threshold_and_source, verifier_model
 
     model = None
@@ -167,7 +167,7 @@ def report_command(
 
 
 def _verifier_connection(name: str, endpoints, judge_url, target_url, chat_template, timeout):
-    from lookahead_reasoning.runtime.connection import Connection
+    from lookahead_reasoning.runtime.servers.connection import Connection
     from lookahead_reasoning.verifiers.registry import base_verifier
 
     name = base_verifier(name)
@@ -653,7 +653,7 @@ def simserver(
 ):
     """Serve a simulated SGLang server (eval/simserver.py) in the foreground."""
     from lookahead_reasoning.eval.simserver import SimConfig, serve
-    from lookahead_reasoning.runtime.processes import port_in_use
+    from lookahead_reasoning.runtime.servers.processes import port_in_use
 
     config = validated(SimConfig, role=role, decode_ms=decode_ms, batch_slope=batch_slope, prefill_ms=prefill_ms,
                         step_tokens=step_tokens, steps=steps, alpha=alpha, seed=seed)

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from lookahead_reasoning.runtime.config import DEFAULT_VERIFIER, LookaheadConfig  # noqa: F401  (commands' default)
-from lookahead_reasoning.runtime.endpoints import Endpoints, default_endpoints_path, load_endpoints
+from lookahead_reasoning.runtime.servers.endpoints import Endpoints, default_endpoints_path, load_endpoints
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.errors import validated
 

@@ -51,7 +51,7 @@ def run(
     server_set = endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)
     from rich.console import Console
 
-    from lookahead_reasoning.runtime.display import RoundPrinter, print_answer, run_json
+    from lookahead_reasoning.cli.display import RoundPrinter, print_answer, run_json
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
     reasoner = LookaheadReasoner(server_set, config, remember_costs=True)
@@ -84,8 +84,8 @@ def demo(
                          verifier_threshold=threshold)
     from rich.console import Console
 
-    from lookahead_reasoning.runtime.display import RoundPrinter, print_answer, print_comparison, print_cost_story
-    from lookahead_reasoning.runtime.launcher import ServerGroup
+    from lookahead_reasoning.cli.display import RoundPrinter, print_answer, print_comparison, print_cost_story
+    from lookahead_reasoning.runtime.servers.launcher import ServerGroup
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
     group = ServerGroup(draft, target, device=device, log=lambda m: err.print(m))

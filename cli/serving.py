@@ -14,8 +14,8 @@ from lookahead_reasoning.cli.options import (
     DEFAULT_VERIFIER, ApiKey, ChatTemplate, Depth, Device, DraftUrl, EndpointsFile, Engine, JudgeUrl, TargetUrl,
     Threshold, Verifier, Width, depth_options, endpoints_from, err, make_config, number_list,
 )
-from lookahead_reasoning.runtime import offline_models
-from lookahead_reasoning.runtime.endpoints import default_endpoints_path, load_endpoints, save_endpoints
+from lookahead_reasoning.runtime.servers import offline_models
+from lookahead_reasoning.runtime.servers.endpoints import default_endpoints_path, load_endpoints, save_endpoints
 from lookahead_reasoning.errors import LookaheadError, validated
 
 models_app = typer.Typer(help="Offline models for machines without the Hugging Face hub.", no_args_is_help=True)
@@ -62,7 +62,7 @@ def launch(
     sends requests to the others. --target-router-url URL uses a router you started
     (`python -m sglang_router.launch_router --worker-urls ...`) instead.
     """
-    from lookahead_reasoning.runtime.launcher import ServerGroup
+    from lookahead_reasoning.runtime.servers.launcher import ServerGroup
 
     port_list = number_list(ports, "ports", int, minimum=1) if ports else None
     path = endpoints or default_endpoints_path()
@@ -108,7 +108,7 @@ def launch(
 
 def stop(endpoints: EndpointsFile = None):
     """Stop the servers of a running `lookahead launch`."""
-    from lookahead_reasoning.runtime.launcher import stop_launcher
+    from lookahead_reasoning.runtime.servers.launcher import stop_launcher
 
     stop_launcher(load_endpoints(endpoints or default_endpoints_path()))
     err.print("servers stopped")
@@ -145,7 +145,7 @@ def serve(
         "(e.g. deepseek-r1, qwen3), as SGLang's server does"),
 ):
     """Serve an OpenAI-compatible API that answers with lookahead reasoning."""
-    from lookahead_reasoning.runtime.processes import port_in_use
+    from lookahead_reasoning.runtime.servers.processes import port_in_use
     from lookahead_reasoning.runtime.serve import ServeSettings
 
     config = make_config(**depth_options(depth), width=width, engine=engine, verifier=verifier, verifier_threshold=threshold,
@@ -162,7 +162,7 @@ def serve(
     if port_in_use(port, host):
         raise LookaheadError(f"port {port} is already in use")
     server_set = endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)
-    from lookahead_reasoning.runtime.connection import Connection
+    from lookahead_reasoning.runtime.servers.connection import Connection
     from lookahead_reasoning.runtime.serve import serve as run_server
 
     connection = Connection(server_set, config)

@@ -87,8 +87,8 @@ class LocalStack:
     def __enter__(self) -> str:
         from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
         from lookahead_reasoning.runtime.config import LookaheadConfig
-        from lookahead_reasoning.runtime.connection import Connection
-        from lookahead_reasoning.runtime.processes import UvicornThread
+        from lookahead_reasoning.runtime.servers.connection import Connection
+        from lookahead_reasoning.runtime.servers.processes import UvicornThread
         from lookahead_reasoning.runtime.serve import ServeSettings, build_app
 
         self.cluster = SimCluster(LatencyModel()).__enter__()

@@ -29,7 +29,7 @@ from lookahead_reasoning.eval.sandbox import SandboxUnavailable, require_sandbox
 from lookahead_reasoning.programs.roles import SGLangStepModels, render_conversation, score_answer_on
 from lookahead_reasoning.runtime.baseline import continue_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.endpoints import Endpoints
+from lookahead_reasoning.runtime.servers.endpoints import Endpoints
 from lookahead_reasoning.errors import LookaheadError, first_line, target_failed
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 

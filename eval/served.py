@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import requests
 
-from lookahead_reasoning.runtime.endpoints import ROLES, Endpoints
+from lookahead_reasoning.runtime.servers.endpoints import ROLES, Endpoints
 from lookahead_reasoning.errors import LookaheadError, first_line
 
 TIMEOUT_S = 5.0

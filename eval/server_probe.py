@@ -47,7 +47,7 @@ from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
 from lookahead_reasoning.programs.judge import judge
 from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.programs.steps import continue_texts
-from lookahead_reasoning.runtime.endpoints import ROLES, Endpoints
+from lookahead_reasoning.runtime.servers.endpoints import ROLES, Endpoints
 
 DEFAULT_WIDTHS = (2, 3, 4, 5, 6, 7, 8)
 PREFIX_WORDS = 40  # the probe's common prefix

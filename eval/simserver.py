@@ -54,9 +54,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.servers.endpoints import Endpoint, Endpoints
 from lookahead_reasoning.errors import LookaheadError
-from lookahead_reasoning.runtime.processes import (
+from lookahead_reasoning.runtime.servers.processes import (
     UvicornThread, answers, dies_with_parent, free_port, stop_group, wait_until,
 )
 

@@ -42,7 +42,7 @@ from pydantic import BaseModel, Field
 
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.eval.loadtest import percentile
-from lookahead_reasoning.runtime.processes import (
+from lookahead_reasoning.runtime.servers.processes import (
     answers, dies_with_parent, free_port, port_in_use, stop_group, wait_until,
 )
 

@@ -25,7 +25,7 @@ import sglang as sgl
 from lookahead_reasoning import LookaheadConfig, LookaheadReasoner
 from lookahead_reasoning.programs import lookahead_turn
 from lookahead_reasoning.runtime.answers import last_boxed
-from lookahead_reasoning.runtime.endpoints import default_endpoints_path, load_endpoints
+from lookahead_reasoning.runtime.servers.endpoints import default_endpoints_path, load_endpoints
 
 TOOLS = ["calculator", "web search", "none"]
 

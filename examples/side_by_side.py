@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from lookahead_reasoning import LookaheadConfig, LookaheadReasoner
-from lookahead_reasoning.runtime.endpoints import load_endpoints
+from lookahead_reasoning.runtime.servers.endpoints import load_endpoints
 
 
 def method_config(method: str, max_tokens: int) -> LookaheadConfig:

@@ -13,9 +13,9 @@ _API = {
     "LookaheadReasoner": "lookahead_reasoning.runtime.reasoner",
     "LookaheadConfig": "lookahead_reasoning.runtime.config",
     "SamplingConfig": "lookahead_reasoning.runtime.config",
-    "Endpoints": "lookahead_reasoning.runtime.endpoints",
-    "Endpoint": "lookahead_reasoning.runtime.endpoints",
-    "ServerGroup": "lookahead_reasoning.runtime.launcher",
+    "Endpoints": "lookahead_reasoning.runtime.servers.endpoints",
+    "Endpoint": "lookahead_reasoning.runtime.servers.endpoints",
+    "ServerGroup": "lookahead_reasoning.runtime.servers.launcher",
     "LookaheadResult": "lookahead_reasoning.runtime.results",
     "LookaheadError": "lookahead_reasoning.errors",
 }

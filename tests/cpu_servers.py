@@ -3,7 +3,7 @@
 
 def cpu_servers(tmp_path_factory, draft: str, target: str, startup_timeout_s: float = 300):
     """Real SGLang CPU servers through the project's launcher (the judge shares the target's); stopped after."""
-    from lookahead_reasoning.runtime.launcher import ServerGroup
+    from lookahead_reasoning.runtime.servers.launcher import ServerGroup
 
     group = ServerGroup(
         draft=draft, target=target, device="cpu", max_total_tokens=8192,

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from sglang.lang.ir import REGEX_BOOL, REGEX_FLOAT, REGEX_INT, REGEX_STR, SglSamplingParams
 
 from lookahead_reasoning.programs.backend import dtype_as_regex
-from lookahead_reasoning.runtime.processes import UvicornThread
+from lookahead_reasoning.runtime.servers.processes import UvicornThread
 
 
 def _raw_server(answer):

@@ -84,7 +84,7 @@ def _wait_for(done, proc, log: Path, what: str, timeout=300):
 @pytest.mark.server
 def test_launch_run_json_supervise_and_die_with_the_launcher(tmp_path):
     from lookahead_reasoning.runtime.config import LookaheadConfig
-    from lookahead_reasoning.runtime.endpoints import load_endpoints
+    from lookahead_reasoning.runtime.servers.endpoints import load_endpoints
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
     endpoints, log = tmp_path / "endpoints.json", tmp_path / "launch.log"

@@ -6,9 +6,9 @@ import pytest
 
 from cli_invoke import invoke, one_line_error
 from lookahead_reasoning.errors import LookaheadError
-from lookahead_reasoning.runtime import launcher
-from lookahead_reasoning.runtime.cpu_dtype import bf16_unit, choose_cpu_dtype, cpu_flags
-from lookahead_reasoning.runtime.endpoints import Endpoints, load_endpoints, save_endpoints
+from lookahead_reasoning.runtime.servers import launcher
+from lookahead_reasoning.runtime.servers.cpu_dtype import bf16_unit, choose_cpu_dtype, cpu_flags
+from lookahead_reasoning.runtime.servers.endpoints import Endpoints, load_endpoints, save_endpoints
 
 AVX2_HOST = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma".split()
 AVX512_HOST = [*AVX2_HOST, "avx512f", "avx512bw", "avx512_vnni"]  # AVX-512 without its bf16 extension

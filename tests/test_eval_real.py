@@ -13,7 +13,7 @@ import pytest
 
 from lookahead_reasoning.programs.backend import LookaheadEndpoint
 from lookahead_reasoning.programs.roles import score_answer_on
-from lookahead_reasoning.runtime.endpoints import save_endpoints
+from lookahead_reasoning.runtime.servers.endpoints import save_endpoints
 from lookahead_reasoning.verifiers.registry import make_verifier
 
 pytestmark = pytest.mark.server

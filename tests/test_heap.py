@@ -3,7 +3,7 @@
 import gc
 import weakref
 
-from lookahead_reasoning.runtime.heap import freeze_startup_objects
+from lookahead_reasoning.runtime.servers.heap import freeze_startup_objects
 
 
 def test_the_startup_objects_are_frozen_once_per_process():

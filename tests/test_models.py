@@ -2,9 +2,9 @@
 
 import pytest
 
-from lookahead_reasoning.runtime import offline_models as models
+from lookahead_reasoning.runtime.servers import offline_models as models
 from lookahead_reasoning.errors import LookaheadError
-from lookahead_reasoning.runtime.server_models import check_model
+from lookahead_reasoning.runtime.servers.server_models import check_model
 
 
 def test_missing_weight_packages_name_the_pip_command(monkeypatch, tmp_path):

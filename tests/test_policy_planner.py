@@ -95,7 +95,7 @@ def test_policy_picks_trees_where_they_pay_and_chains_where_they_do_not():
     estimate = policy.cost_estimate()
     assert estimate.planned_width == 1 and estimate.planned_depth >= 1
     assert estimate.width_speedups[2] < estimate.width_speedups[1]
-    from lookahead_reasoning.runtime.display import describe_costs
+    from lookahead_reasoning.cli.display import describe_costs
 
     assert describe_costs(estimate).endswith(f"(W = 2 would give {estimate.width_speedups[2]:.2f}×: staying at W = 1)")
 
@@ -136,7 +136,7 @@ def test_one_accepted_draft_never_plans_deep_where_its_estimate_says_ar():
 def test_the_demo_says_what_it_measured_decided_and_projects(capsys):
     from rich.console import Console
 
-    from lookahead_reasoning.runtime.display import describe_costs, print_cost_story
+    from lookahead_reasoning.cli.display import describe_costs, print_cost_story
     from lookahead_reasoning.runtime.results import LookaheadResult, RunStats
 
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
@@ -188,7 +188,7 @@ def test_the_demo_names_the_draft_as_the_reason_where_branches_are_free_but_ar_w
     from rich.console import Console
 
     from lookahead_reasoning.runtime.cost_model import CostEstimate
-    from lookahead_reasoning.runtime.display import print_cost_story
+    from lookahead_reasoning.cli.display import print_cost_story
     from lookahead_reasoning.runtime.results import LookaheadResult, RunStats
 
     estimate = CostEstimate(branch_cost={2: 1.0, 3: 1.01, 5: 1.02}, branch_slope=0.005, c=0.6, j=0.1,

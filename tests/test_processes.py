@@ -1,4 +1,4 @@
-"""Process and port helpers the launcher, `serve` and the simulated servers share (runtime/processes.py),
+"""Process and port helpers the launcher, `serve` and the simulated servers share (runtime/servers/processes.py),
 and `lookahead stop`'s refusal to signal a process it cannot identify."""
 
 import json
@@ -10,9 +10,9 @@ import pytest
 from cli_invoke import invoke, one_line_error
 
 from lookahead_reasoning.errors import LookaheadError
-from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
-from lookahead_reasoning.runtime.launcher import stop_launcher
-from lookahead_reasoning.runtime.processes import UvicornThread, free_port, port_in_use, process_start_time
+from lookahead_reasoning.runtime.servers.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.servers.launcher import stop_launcher
+from lookahead_reasoning.runtime.servers.processes import UvicornThread, free_port, port_in_use, process_start_time
 
 
 def _time_wait_on(port: int) -> None:

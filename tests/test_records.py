@@ -14,9 +14,9 @@ from lookahead_reasoning.eval.runner import parse_methods, run_eval
 from lookahead_reasoning.eval.served import served_models
 from lookahead_reasoning.eval.simserver import SimConfig, SimServerThread
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.endpoints import Endpoints
+from lookahead_reasoning.runtime.servers.endpoints import Endpoints
 from lookahead_reasoning.errors import LookaheadError
-from lookahead_reasoning.runtime.processes import UvicornThread, free_port
+from lookahead_reasoning.runtime.servers.processes import UvicornThread, free_port
 
 SIM_MODELS = {"draft": "lookahead-sim-draft", "target": "lookahead-sim-target", "judge": "lookahead-sim-judge"}
 

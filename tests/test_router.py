@@ -40,7 +40,7 @@ class Launch:
 
     @property
     def endpoints(self):
-        from lookahead_reasoning.runtime.endpoints import load_endpoints
+        from lookahead_reasoning.runtime.servers.endpoints import load_endpoints
 
         return load_endpoints(self.endpoints_path)
 
@@ -213,8 +213,8 @@ def test_every_program_request_passes_the_router(launched):
 
 
 def test_cache_aware_routing_keeps_the_branches_on_the_cached_prefix(launched, capsys, tmp_path):
-    from lookahead_reasoning.runtime.endpoints import save_endpoints
-    from lookahead_reasoning.runtime.router import running_router
+    from lookahead_reasoning.runtime.servers.endpoints import save_endpoints
+    from lookahead_reasoning.runtime.servers.router import running_router
 
     spec = launched.endpoints
     requests.post(spec.target.url + "/flush_cache", timeout=30).raise_for_status()  # flushes every replica

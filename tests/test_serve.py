@@ -12,9 +12,9 @@ import requests
 
 from lookahead_reasoning.eval.simserver import SimConfig, SimServerThread
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.connection import Connection
-from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
-from lookahead_reasoning.runtime.processes import UvicornThread, free_port
+from lookahead_reasoning.runtime.servers.connection import Connection
+from lookahead_reasoning.runtime.servers.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.servers.processes import UvicornThread, free_port
 from lookahead_reasoning.runtime.serve import ServeSettings, build_app
 from lookahead_reasoning.runtime.serve.health import CACHE_S
 

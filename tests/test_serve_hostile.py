@@ -18,10 +18,10 @@ from cli_invoke import invoke, one_line_error
 from test_serve import STEPS, Frontend, make_sims, sim_endpoints
 
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.connection import Connection, role_timeouts
-from lookahead_reasoning.runtime.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.servers.connection import Connection, role_timeouts
+from lookahead_reasoning.runtime.servers.endpoints import Endpoint, Endpoints
 from lookahead_reasoning.errors import LookaheadError
-from lookahead_reasoning.runtime.processes import free_port, port_in_use
+from lookahead_reasoning.runtime.servers.processes import free_port, port_in_use
 from lookahead_reasoning.runtime.serve import ServeSettings, build_app
 from lookahead_reasoning.runtime.serve.body import MAX_DEPTH, MAX_INT_DIGITS, nesting_depth
 from lookahead_reasoning.runtime.serve.health import CACHE_S
@@ -278,7 +278,7 @@ class AbortableTarget:
         from fastapi import FastAPI, Request
         from fastapi.responses import Response
 
-        from lookahead_reasoning.runtime.processes import UvicornThread
+        from lookahead_reasoning.runtime.servers.processes import UvicornThread
 
         self.tokens, self.rids, self.aborted, self.finished = 0, [], set(), []
         app = FastAPI()

@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 import requests
 
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.connection import Connection
-from lookahead_reasoning.runtime.processes import UvicornThread
+from lookahead_reasoning.runtime.servers.connection import Connection
+from lookahead_reasoning.runtime.servers.processes import UvicornThread
 from lookahead_reasoning.runtime.serve import ServeSettings, build_app
 
 SIM = {"steps": 8, "step_tokens": 6}

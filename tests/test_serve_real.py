@@ -9,7 +9,7 @@ import pytest
 from test_serve import Frontend
 
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.endpoints import save_endpoints
+from lookahead_reasoning.runtime.servers.endpoints import save_endpoints
 from lookahead_reasoning.runtime.serve import ServeSettings
 
 pytestmark = pytest.mark.server

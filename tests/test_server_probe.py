@@ -10,7 +10,7 @@ from cli_invoke import invoke, one_line_error
 
 from lookahead_reasoning.eval.server_probe import probe_servers
 from lookahead_reasoning.eval.simserver import SimConfig
-from lookahead_reasoning.runtime.endpoints import save_endpoints
+from lookahead_reasoning.runtime.servers.endpoints import save_endpoints
 
 HAS_REQUEST_MS = "request_ms" in SimConfig.model_fields
 TARGET_MS, DRAFT_MS, JUDGE_MS, PREFILL_MS, REQUEST_MS = 4.0, 1.0, 10.0, 0.5, 30.0

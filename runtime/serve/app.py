@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.connection import Connection
+from lookahead_reasoning.runtime.servers.connection import Connection
 from lookahead_reasoning.errors import LookaheadError, validation_message
 from lookahead_reasoning.runtime.serve.body import read_json
 from lookahead_reasoning.runtime.serve.health import Readiness

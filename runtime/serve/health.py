@@ -17,8 +17,8 @@ from pathlib import Path
 import requests
 
 from lookahead_reasoning.errors import LookaheadError
-from lookahead_reasoning.runtime.connection import Connection
-from lookahead_reasoning.runtime.endpoints import ROLES, load_endpoints
+from lookahead_reasoning.runtime.servers.connection import Connection
+from lookahead_reasoning.runtime.servers.endpoints import ROLES, load_endpoints
 
 CHECK_TIMEOUT_S = 2.0
 CACHE_S = 1.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
 from lookahead_reasoning.programs.roles import SGLangStepModels
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.endpoints import ROLES, Endpoint, Endpoints
-from lookahead_reasoning.runtime.heap import freeze_startup_objects
+from lookahead_reasoning.runtime.servers.endpoints import ROLES, Endpoint, Endpoints
+from lookahead_reasoning.runtime.servers.heap import freeze_startup_objects
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.verifiers.base import Verifier
 from lookahead_reasoning.verifiers.registry import make_verifier

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from lookahead_reasoning.runtime import offline_models
+from lookahead_reasoning.runtime.servers import offline_models
 
 from lookahead_reasoning.errors import LookaheadError
 

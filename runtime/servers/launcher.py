@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lookahead_reasoning.runtime import offline_models
-from lookahead_reasoning.runtime.cpu_dtype import DtypeChoice, check_dtype, choose_cpu_dtype, cpu_flags
-from lookahead_reasoning.runtime.endpoints import ROLES, Endpoint, Endpoints
-from lookahead_reasoning.runtime.processes import (
+from lookahead_reasoning.runtime.servers import offline_models
+from lookahead_reasoning.runtime.servers.cpu_dtype import DtypeChoice, check_dtype, choose_cpu_dtype, cpu_flags
+from lookahead_reasoning.runtime.servers.endpoints import ROLES, Endpoint, Endpoints
+from lookahead_reasoning.runtime.servers.processes import (
     answers,
     dies_with_parent,
     free_port,
@@ -42,14 +42,14 @@ from lookahead_reasoning.runtime.processes import (
     running,
     stop_group,
 )
-from lookahead_reasoning.runtime.router import (
+from lookahead_reasoning.runtime.servers.router import (
     ROUTER_POLICIES,
     check_router_installed,
     plain_text,
     reachable,
     router_command,
 )
-from lookahead_reasoning.runtime.server_models import (
+from lookahead_reasoning.runtime.servers.server_models import (
     check_model,
     cpu_stub_dir,
     detect_device,

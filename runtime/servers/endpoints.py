@@ -4,7 +4,7 @@ An endpoints file is JSON: {"draft": {"url": ..., "chat_template": ...}, "target
 "judge": ..., "launcher_pid": ...}. Two roles may share a URL (one server, one
 connection). A URL may be SGLang's router in front of several replicas of one model
 (`lookahead launch --target-replicas N`); `workers` then lists them. `lookahead launch` writes it; `run` reads it; `stop` signals the launcher. Connecting to
-the servers is `runtime/connection.py`'s job; this module does not import SGLang.
+the servers is `runtime/servers/connection.py`'s job; this module does not import SGLang.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 import requests
-from lookahead_reasoning.runtime.processes import (
+from lookahead_reasoning.runtime.servers.processes import (
     answers,
     dies_with_parent,
     free_port,
