@@ -2,7 +2,8 @@
 
 - serving: launch, stop, serve, models (cli/serving.py)
 - reasoning: run, demo (cli/reasoning.py)
-- evaluation: eval, report, sweep, bench, simserver, verifiers (cli/evaluation.py)
+- evaluation: eval, report, sweep (cli/evaluation.py); bench, simserver (cli/benchmarks.py); verifiers
+  (cli/verifiers.py)
 - servers: servers probe (cli/servers.py)
 
 Parsing the command line does not import SGLang; a command imports it when it runs a program.
@@ -17,7 +18,7 @@ import warnings
 import click
 import typer
 
-from lookahead_reasoning.cli import evaluation, reasoning, servers, serving
+from lookahead_reasoning.cli import benchmarks, evaluation, reasoning, servers, serving, verifiers
 from lookahead_reasoning.cli.options import err
 from lookahead_reasoning.errors import LookaheadError, first_line
 
@@ -34,9 +35,9 @@ for command in (reasoning.run, reasoning.demo):
 app.command("eval", rich_help_panel="Evaluation")(evaluation.eval_command)
 app.command("report", rich_help_panel="Evaluation")(evaluation.report_command)
 app.command("sweep", rich_help_panel="Evaluation")(evaluation.sweep_command)
-for command in (evaluation.bench, evaluation.simserver):
+for command in (benchmarks.bench, benchmarks.simserver):
     app.command(rich_help_panel="Evaluation")(command)
-app.add_typer(evaluation.verifiers_app, name="verifiers", rich_help_panel="Evaluation")
+app.add_typer(verifiers.verifiers_app, name="verifiers", rich_help_panel="Evaluation")
 
 
 def _interrupted() -> None:
