@@ -33,6 +33,7 @@ from __future__ import annotations
 import statistics
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Literal, Protocol
 
 from lookahead_reasoning.programs.step_types import StepOutput, split_steps
@@ -84,6 +85,32 @@ def server_s(times: list[float | None], combine: Callable[[list[float]], float])
     return None if not times or None in times else combine(times)
 
 
+@dataclass
+class RoundWork:
+    """What a round's requests did (times, token counts, the judged pairs); with the acceptance walk's
+    outcome it becomes the round's RoundRecord (results.py, where each field is described)."""
+
+    depth: int
+    started: float
+    judged: list[JudgedDraft] = field(default_factory=list)
+    draft_s: float = 0.0
+    target_s: float = 0.0
+    target_server_s: float | None = None
+    judge_s: float = 0.0
+    branches: int = 1
+    probe_tokens: int = 0
+    measuring: bool = False
+    target_steps: int = 1
+    width: int = 1
+    target_tokens: int = 0
+    target_tokens_all: int = 0
+    target_others: float | None = None
+    draft_tokens: int = 0
+    draft_steps: int = 0
+    branch_tokens: list[int] = field(default_factory=list)
+    first_candidates: int | None = None  # None: the walk's accepted count (a chain)
+
+
 class _Run:
     """The state of one run: text so far, statistics, round log."""
 
@@ -96,6 +123,7 @@ class _Run:
         self.text = ""
         self.drafting = True
         self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lookahead-run")  # concurrent requests
+        self.next_window: tuple[Future, str] | None = None  # async trees: the next window and the prefix it follows
 
     @property
     def prefix(self) -> str:
@@ -116,7 +144,7 @@ class _Run:
 
 
 class Engine:
-    """Shared round machinery; subclasses decide where each round's draft comes from."""
+    """The round skeleton (`_loop`) and its shared machinery; subclasses decide how a drafting round runs."""
 
     mode = "sync"
 
@@ -157,6 +185,20 @@ class Engine:
         return run.result(self.policy.cost_estimate())
 
     def _loop(self, run: _Run, policy: DepthPolicy) -> None:
+        """Every engine's rounds: plan, then an AR stretch or a drafting round, until EOS or the token cap."""
+        while True:
+            self._check_deadline()
+            started = time.perf_counter()
+            plan = self._plan(run, policy)
+            if plan.stretch_tokens:
+                record = self._ar_stretch(run, plan.stretch_tokens, started)
+            else:
+                record = self._drafting_round(run, plan, started)
+            if self._done(run, record):
+                return
+
+    def _drafting_round(self, run: _Run, plan: RoundPlan, started: float) -> RoundRecord:
+        """One round that drafts `plan.depth` steps (none for an AR round of one step) and verifies them."""
         raise NotImplementedError
 
     def _check_deadline(self) -> None:
@@ -198,26 +240,25 @@ class Engine:
         steps = split_steps(output, self.config.delimiter)
         walk = self._walk(run)
         walk.keep_targets(steps)
-        return self._finish_round(
-            run, walk, depth=0, judged=[], started=started, draft_s=0.0, target_s=time.perf_counter() - t1,
-            judge_s=0.0, branches=1, target_tokens=output.completion_tokens, draft_tokens=0, target_steps=len(steps),
-            target_tokens_all=output.completion_tokens, target_others=load.others, target_server_s=output.server_s,
-        )
+        return self._finish_round(run, walk, RoundWork(
+            depth=0, started=started, target_s=time.perf_counter() - t1, target_tokens=output.completion_tokens,
+            target_steps=len(steps), target_tokens_all=output.completion_tokens, target_others=load.others,
+            target_server_s=output.server_s,
+        ))
 
     def _verify_round(
-        self, run: _Run, tree: DraftTree, bonus: bool, cap: int, draft_s: float, started: float, depth: int,
-        probe_tokens: int = 0, measuring: bool = False,
+        self, run: _Run, tree: DraftTree, plan: RoundPlan, cap: int, draft_s: float, started: float, bonus: bool,
     ) -> RoundRecord:
         """Target branches, judge, acceptance walk, bookkeeping; returns the round's record.
 
-        `probe_tokens`: with an empty tree, the cap of a fork probe's short second branch (depth.py).
-        `measuring`: the round prices the draft and the verifier (depth.py); passed with `bonus` False."""
+        With an empty tree, `plan.probe_tokens` caps a fork probe's short second branch (depth.py);
+        `plan.measuring`: the round prices the draft and the verifier (depth.py), with `bonus` False."""
         run.metrics.count_tokens("draft", [node.step for node in tree.nodes])
         t1 = time.perf_counter()
         branches = target_branches(tree, bonus)
         continuations = ["" if b == ROOT else tree.nodes[b].path for b in branches]
         caps: int | list[int] = cap
-        probe_tokens = 0 if tree.nodes else probe_tokens
+        probe_tokens = 0 if tree.nodes else plan.probe_tokens
         if probe_tokens:  # the start of the same step once more in the fork: what a second branch costs, B(2)
             continuations.append("")
             caps = [cap, min(cap, probe_tokens)]
@@ -254,48 +295,35 @@ class Engine:
 
         walk = self._walk(run)
         first_children = walk_tree(tree, verdicts, target_after, walk)
-        return self._finish_round(
-            run, walk, depth=depth,
-            judged=[
-                JudgedDraft(
-                    draft=tree.nodes[i].step.text, target=target_after[tree.nodes[i].parent].text,
-                    accept=verdicts[i].accept, score=verdicts[i].score, method=verdicts[i].method,
-                )
-                for i in judged_nodes
-            ],
-            started=started, draft_s=draft_s, target_s=target_s,
-            target_server_s=server_s([t.server_s for t in outputs], max),
-            judge_s=judge_s, branches=len(branches),
+        judged = [
+            JudgedDraft(
+                draft=tree.nodes[i].step.text, target=target_after[tree.nodes[i].parent].text,
+                accept=verdicts[i].accept, score=verdicts[i].score, method=verdicts[i].method,
+            )
+            for i in judged_nodes
+        ]
+        return self._finish_round(run, walk, RoundWork(
+            depth=plan.depth, started=started, judged=judged, draft_s=draft_s, target_s=target_s,
+            target_server_s=server_s([t.server_s for t in outputs], max), judge_s=judge_s, branches=len(branches),
             target_tokens=max(t.completion_tokens for t in returned),
-            target_tokens_all=sum(t.completion_tokens for t in outputs),
-            target_others=load.others,
+            target_tokens_all=sum(t.completion_tokens for t in outputs), target_others=load.others,
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, draft_steps=tree.depth,
-            branch_tokens=[t.completion_tokens for t in returned],
-            width=tree.width,
-            measuring=measuring and bool(tree.nodes), first_candidates=first_children,
-        )
+            branch_tokens=[t.completion_tokens for t in returned], width=tree.width,
+            measuring=plan.measuring and bool(tree.nodes), first_candidates=first_children,
+        ))
 
-    def _finish_round(
-        self, run: _Run, walk: AcceptanceWalk, *, depth: int, judged: list[JudgedDraft], started: float,
-        draft_s: float, target_s: float, judge_s: float, branches: int, target_tokens: int, draft_tokens: int,
-        draft_steps: int = 0, branch_tokens: list[int] | None = None,
-        probe_tokens: int = 0, target_steps: int = 1, width: int = 1, target_tokens_all: int = 0,
-        target_others: float | None = None, measuring: bool = False, target_server_s: float | None = None,
-        first_candidates: int | None = None,
-    ) -> RoundRecord:
+    def _finish_round(self, run: _Run, walk: AcceptanceWalk, work: RoundWork) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
+        fields = asdict(work)
+        fields["judged"] = work.judged  # the models themselves, not asdict's copies as dicts
+        if work.first_candidates is None:
+            fields["first_candidates"] = walk.accepted
         record = RoundRecord(
-            index=len(run.log), depth=depth, judged=judged, accepted=walk.accepted, positions=walk.positions,
-            kept=walk.kept, finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos", started=started,
-            draft_s=draft_s, target_s=target_s, target_server_s=target_server_s, judge_s=judge_s,
-            wall_s=time.perf_counter() - started,
-            branches=branches, target_tokens=target_tokens, draft_tokens=draft_tokens, draft_steps=draft_steps,
-            branch_tokens=branch_tokens or [],
-            probe_tokens=probe_tokens,
-            target_steps=target_steps, width=width, target_tokens_all=target_tokens_all,
-            output_tokens=sum(step_tokens(o) for o in walk.outputs), target_others=target_others, measuring=measuring,
-            first_candidates=walk.accepted if first_candidates is None else first_candidates,
+            **fields, index=len(run.log), accepted=walk.accepted, positions=walk.positions, kept=walk.kept,
+            finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos",
+            wall_s=time.perf_counter() - work.started,
+            output_tokens=sum(step_tokens(o) for o in walk.outputs),
         )
         run.metrics.observe_round(record, walk.outputs)
         self.policy.observe(record)  # before on_round, so a live view shows what this round taught the policy
@@ -332,26 +360,17 @@ class Engine:
 class SyncEngine(Engine):
     mode = "sync"
 
-    def _loop(self, run: _Run, policy: DepthPolicy) -> None:
-        while True:
-            self._check_deadline()
-            started = time.perf_counter()
-            cap = self._cap(run)
-            plan = self._plan(run, policy)
-            tree = DraftTree([])
-            if plan.stretch_tokens:
-                record = self._ar_stretch(run, plan.stretch_tokens, started)
-            else:
-                if plan.depth:
-                    try:
-                        tree = self._draft(run.prefix, plan, cap)
-                    except Exception as error:
-                        run.draft_failed(error)
-                # a measuring round's target writes only its own step: no branch after the draft
-                record = self._verify_round(run, tree, not plan.measuring, cap, time.perf_counter() - started, started,
-                                            plan.depth, plan.probe_tokens, plan.measuring)
-            if self._done(run, record):
-                return
+    def _drafting_round(self, run: _Run, plan: RoundPlan, started: float) -> RoundRecord:
+        cap = self._cap(run)
+        tree = DraftTree([])
+        if plan.depth:
+            try:
+                tree = self._draft(run.prefix, plan, cap)
+            except Exception as error:
+                run.draft_failed(error)
+        # a measuring round's target writes only its own step: no branch after the draft
+        return self._verify_round(run, tree, plan, cap, time.perf_counter() - started, started,
+                                  bonus=not plan.measuring)
 
 
 class AsyncEngine(Engine):
@@ -361,70 +380,48 @@ class AsyncEngine(Engine):
 
     mode = "async"
 
-    def _loop(self, run: _Run, policy: DepthPolicy) -> None:
+    def _drafting_round(self, run: _Run, plan: RoundPlan, started: float) -> RoundRecord:
         if self.config.width == 1:
-            self._loop_steps(run, policy)
-        else:
-            self._loop_windows(run, policy)
+            return self._chain_round(run, plan, started)
+        return self._window_round(run, plan, started)
 
-    def _loop_steps(self, run: _Run, policy: DepthPolicy) -> None:
-        while True:
-            self._check_deadline()
-            started = time.perf_counter()
-            plan = self._plan(run, policy)
-            if plan.stretch_tokens:
-                record = self._ar_stretch(run, plan.stretch_tokens, started)
-            else:
-                walk = self._walk(run)
-                judged, pipe, judge_s = run_chain_round(self, run, walk, plan.depth, self._cap(run), run.pool)
-                record = self._finish_round(
-                    run, walk, depth=plan.depth, judged=judged, started=started, draft_s=sum(pipe.draft_times),
-                    target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
-                    target_server_s=server_s(pipe.target_server_times, statistics.mean),
-                    judge_s=judge_s / max(1, len(judged)), branches=len(pipe.target_times),
-                    target_tokens=round(statistics.mean(pipe.target_tokens)) if pipe.target_tokens else 0,
-                    draft_tokens=sum(pipe.draft_tokens), draft_steps=len(pipe.draft_times),
-                    branch_tokens=list(pipe.target_tokens),
-                    target_others=statistics.mean(pipe.target_others) if pipe.target_others else None,
-                )
-            if self._done(run, record):
-                return
+    def _chain_round(self, run: _Run, plan: RoundPlan, started: float) -> RoundRecord:
+        walk = self._walk(run)
+        judged, pipe, judge_s = run_chain_round(self, run, walk, plan.depth, self._cap(run), run.pool)
+        return self._finish_round(run, walk, RoundWork(
+            depth=plan.depth, started=started, judged=judged, draft_s=sum(pipe.draft_times),
+            target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
+            target_server_s=server_s(pipe.target_server_times, statistics.mean),
+            judge_s=judge_s / max(1, len(judged)), branches=len(pipe.target_times),
+            target_tokens=round(statistics.mean(pipe.target_tokens)) if pipe.target_tokens else 0,
+            draft_tokens=sum(pipe.draft_tokens), draft_steps=len(pipe.draft_times),
+            branch_tokens=list(pipe.target_tokens),
+            target_others=statistics.mean(pipe.target_others) if pipe.target_others else None,
+        ))
 
     def _timed_draft(self, prefix: str, plan: RoundPlan, cap: int) -> tuple[DraftTree, float]:
         t0 = time.perf_counter()
         tree = self._draft(prefix, plan, cap)
         return tree, time.perf_counter() - t0
 
-    def _loop_windows(self, run: _Run, policy: DepthPolicy) -> None:
-        pending: Future | None = None  # the next window, drafted from the optimistic end
-        pending_base = ""
-        while True:
-            self._check_deadline()
-            started = time.perf_counter()
-            cap = self._cap(run)
-            plan = self._plan(run, policy)
-            if plan.stretch_tokens:
-                record = self._ar_stretch(run, plan.stretch_tokens, started)
-            else:
-                depth = plan.depth
-                tree, draft_s = DraftTree([]), 0.0
-                if depth:
-                    if pending is None or pending_base != run.prefix:  # none yet, or a rejection made it stale
-                        pending = run.pool.submit(self._timed_draft, run.prefix, plan, cap)
-                    try:
-                        tree, draft_s = pending.result()
-                    except Exception as error:
-                        run.draft_failed(error)
-                    pending = None
-                    optimistic = tree.optimistic_path()
-                    ends = tree.nodes[optimistic[-1]].step if optimistic else None
-                    if run.drafting and ends is not None and ends.ending != "eos":
-                        pending_base = run.prefix + tree.text_of(optimistic)
-                        pending = run.pool.submit(self._timed_draft, pending_base, policy.peek_round(), cap)
-                record = self._verify_round(run, tree, False, cap, draft_s, started, depth, plan.probe_tokens,
-                                            plan.measuring)
-            if self._done(run, record):
-                return
+    def _window_round(self, run: _Run, plan: RoundPlan, started: float) -> RoundRecord:
+        cap = self._cap(run)
+        tree, draft_s = DraftTree([]), 0.0
+        if plan.depth:
+            pending = run.next_window
+            run.next_window = None
+            if pending is None or pending[1] != run.prefix:  # none yet, or a rejection made it stale
+                pending = (run.pool.submit(self._timed_draft, run.prefix, plan, cap), run.prefix)
+            try:
+                tree, draft_s = pending[0].result()
+            except Exception as error:
+                run.draft_failed(error)
+            optimistic = tree.optimistic_path()
+            ends = tree.nodes[optimistic[-1]].step if optimistic else None
+            if run.drafting and ends is not None and ends.ending != "eos":
+                base = run.prefix + tree.text_of(optimistic)
+                run.next_window = (run.pool.submit(self._timed_draft, base, self.policy.peek_round(), cap), base)
+        return self._verify_round(run, tree, plan, cap, draft_s, started, bonus=False)
 
 
 def make_engine(config: LookaheadConfig, models: StepModels, verifier: Verifier, **options) -> Engine:
