@@ -1,6 +1,6 @@
 """The `lookahead` command line: one Typer app, its commands grouped by what users do.
 
-- serving: launch, stop, serve, models (cli/serving.py)
+- serving: launch, stop, serve, weights (cli/serving.py)
 - reasoning: run, demo (cli/reasoning.py)
 - evaluation: eval, report, sweep (cli/evaluation.py); bench, simserver (cli/benchmarks.py); verifiers
   (cli/verifiers.py)
@@ -28,7 +28,8 @@ app = typer.Typer(
 )
 for command in (serving.launch, serving.stop, serving.serve):
     app.command(rich_help_panel="Serving")(command)
-app.add_typer(serving.models_app, name="models", rich_help_panel="Serving")
+app.add_typer(serving.weights_app, name="weights", rich_help_panel="Serving")
+app.add_typer(serving.weights_app, name="models", hidden=True, deprecated=True)  # the old name, for one release
 app.add_typer(servers.servers_app, name="servers", rich_help_panel="Serving")
 for command in (reasoning.run, reasoning.demo):
     app.command(rich_help_panel="Reasoning")(command)

@@ -56,7 +56,7 @@ class RoundPrinter:
         c = self.console
         c.print(
             f"[bold]round {record.index + 1}[/]  accepted {record.accepted}/{len(record.judged)}  "
-            f"(draft {record.draft_s:.1f} s, target {record.target_s:.1f} s, judge {record.judge_s:.1f} s)"
+            f"(draft {record.draft_s:.1f} s, target {record.target_s:.1f} s, judge {record.verify_s:.1f} s)"
         )
         for k, j in enumerate(record.judged, 1):
             mark = "[green]✓[/]" if j.accept else "[red]✗[/]"

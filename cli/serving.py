@@ -14,11 +14,11 @@ from lookahead_reasoning.cli.options import (
     DEFAULT_VERIFIER, ApiKey, ChatTemplate, Depth, Device, DraftUrl, EndpointsFile, Engine, JudgeUrl, TargetUrl,
     Threshold, Verifier, Width, depth_options, endpoints_from, err, make_config, number_list,
 )
-from lookahead_reasoning.runtime.servers import offline_models
+from lookahead_reasoning.runtime.servers import offline_weights
 from lookahead_reasoning.runtime.servers.endpoints import default_endpoints_path, load_endpoints, save_endpoints
 from lookahead_reasoning.errors import LookaheadError, validated
 
-models_app = typer.Typer(help="Offline models for machines without the Hugging Face hub.", no_args_is_help=True)
+weights_app = typer.Typer(help="Offline weights for machines without the Hugging Face hub.", no_args_is_help=True)
 
 
 def launch(
@@ -114,10 +114,10 @@ def stop(endpoints: EndpointsFile = None):
     err.print("servers stopped")
 
 
-@models_app.command("prepare")
-def models_prepare(name: str = typer.Argument(..., help=f"one of: {', '.join(offline_models.MODEL_NAMES)}")):
-    """Build an offline model folder and print its path."""
-    print(offline_models.prepare(name, log=lambda m: err.print(m)))
+@weights_app.command("prepare")
+def weights_prepare(name: str = typer.Argument(..., help=f"one of: {', '.join(offline_weights.MODEL_NAMES)}")):
+    """Build an offline weights folder and print its path."""
+    print(offline_weights.prepare(name, log=lambda m: err.print(m)))
 
 
 def serve(

@@ -84,7 +84,7 @@ class MethodRunner:
             self.reasoners[key] = LookaheadReasoner(self.endpoints, config)
         return self.reasoners[key]
 
-    def run(self, problem: Problem, sample: int) -> dict:
+    def answer(self, problem: Problem, sample: int) -> dict:
         reasoner = self.reasoner(sample)
         connection, config = reasoner.connection, reasoner.config
         messages = [{"role": "user", "content": problem.message}]
@@ -204,7 +204,7 @@ def run_eval(
                     if (problem.id, method.name, sample) in done:
                         continue
                 try:
-                    fields = runners[method.name].run(problem, sample)
+                    fields = runners[method.name].answer(problem, sample)
                 except LookaheadError as error:
                     raise LookaheadError(f"{problem.id} ({method.name}, sample {sample}): {error}") from None
                 verdict = (safe_grade(problem, fields["text"], scorer, unsafe_no_sandbox) if grade_answers

@@ -15,7 +15,7 @@ from lookahead_reasoning.programs.steps import (
     draft_steps,
     free_generation,
     render_conversation,
-    run_here,
+    run_in_this_thread,
     sample_steps,
     target_steps,
 )
@@ -59,7 +59,7 @@ class SGLangStepModels:
         return render_question(self.target_backend, question)
 
     def draft(self, prefix: str, gamma: int, max_step_tokens: int | None = None) -> list[StepOutput]:
-        state = run_here(
+        state = run_in_this_thread(
             draft_steps,
             prefix=prefix,
             gamma=gamma,
@@ -101,7 +101,7 @@ class SGLangStepModels:
         return self.target_backend.abort(rid)
 
     def generate(self, prefix: str, max_tokens: int) -> StepOutput:
-        state = run_here(
+        state = run_in_this_thread(
             free_generation, prefix=prefix, max_tokens=max_tokens, sampling=self.target_sampling,
             backend=self.target_backend,
         )

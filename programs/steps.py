@@ -9,7 +9,7 @@ from sglang.lang.ir import SglSamplingParams
 from lookahead_reasoning.programs.step_types import Sampling, StepOutput, read_step
 
 
-def run_here(program, **arguments):
+def run_in_this_thread(program, **arguments):
     """`program.run(...)` in the calling thread. By default the frontend starts a worker thread per run and
     hands it every expression through a queue, CPU that a busy client pays on every drafted request."""
     return program.run(**arguments, use_thread=False)
@@ -118,7 +118,7 @@ def conversation_prefix(s, messages):
 
 def render_conversation(backend, messages: list[dict]) -> str:
     """OpenAI-style messages in the backend's chat template, up to the assistant's answer."""
-    return run_here(conversation_prefix, messages=messages, backend=backend).text()
+    return run_in_this_thread(conversation_prefix, messages=messages, backend=backend).text()
 
 
 def sample_steps(backend, prefixes, width, delimiter, max_step_tokens, sampling):

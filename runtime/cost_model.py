@@ -33,7 +33,7 @@ import json
 import threading
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import AliasChoices, BaseModel, Field, computed_field
 
 from lookahead_reasoning.files import cache_dir, write_atomically
 from lookahead_reasoning.runtime.cost_fit import MAX_SLOPE, Average, Fit, TargetFit, per_run
@@ -54,7 +54,9 @@ class CostEstimate(BaseModel):
     branch_slope: float | None = None  # s: a mean step's extra time per extra concurrent request, over its time alone
     concurrency: float = 1.0  # runs sharing the servers when the estimate was made
     c: float | None = None  # the draft's time per step over the target's, at `concurrency`
-    judge_s_per_round: float | None = None  # for one pair (a fork of n pairs costs B(n) times this)
+    # the verifier's seconds for one pair (a fork of n pairs costs B(n) times this)
+    verify_s_per_round: float | None = Field(
+        None, validation_alias=AliasChoices("verify_s_per_round", "judge_s_per_round"))
     j: float | None = None  # the same in target steps, at `concurrency`
     step_tokens: float | None = None
     observations: int = 0
@@ -66,6 +68,12 @@ class CostEstimate(BaseModel):
     measured_gain: float | None = None  # tokens/s of the rounds that drafted over that of AR rounds, measured
     draft_slots: int | None = None  # how many of the runs sharing the policy may be in a drafting round at once
     client_cores: float | None = None  # the CPU the client process used over the last second, in cores (depth.py)
+
+    @computed_field
+    @property
+    def judge_s_per_round(self) -> float | None:
+        """The old name of `verify_s_per_round`, kept in the JSON for readers of earlier results."""
+        return self.verify_s_per_round
 
 
 class CostModel:
@@ -139,7 +147,7 @@ class CostModel:
                     self._lengths.add(n)
                 self.version += 1
 
-    def observe_judge(self, pairs: int, seconds: float, runs: float = 1.0) -> None:
+    def observe_verifier(self, pairs: int, seconds: float, runs: float = 1.0) -> None:
         if pairs > 0 and seconds > 0:
             with self._lock:
                 self._judge.add(seconds / self._branch_cost(pairs, 1), per_run(self.forget, runs))
@@ -259,7 +267,7 @@ class CostModel:
                 if slope is not None else {},
                 branch_slope=slope,
                 c=self._c(concurrency),
-                judge_s_per_round=self._judge.value,
+                verify_s_per_round=self._judge.value,
                 j=self._j(concurrency),
                 step_tokens=step_tokens,
                 observations=self.observations,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Literal, Protocol
@@ -96,7 +97,7 @@ class RoundWork:
     draft_s: float = 0.0
     target_s: float = 0.0
     target_server_s: float | None = None
-    judge_s: float = 0.0
+    verify_s: float = 0.0
     branches: int = 1
     probe_tokens: int = 0
     measuring: bool = False
@@ -111,8 +112,8 @@ class RoundWork:
     first_candidates: int | None = None  # None: the walk's accepted count (a chain)
 
 
-class _Run:
-    """The state of one run: text so far, statistics, round log."""
+class _AnswerState:
+    """The state of one answer being written: text so far, statistics, round log."""
 
     def __init__(self, prompt: str):
         self.prompt = prompt
@@ -122,7 +123,7 @@ class _Run:
         self.log: list[RoundRecord] = []
         self.text = ""
         self.drafting = True
-        self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lookahead-run")  # concurrent requests
+        self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lookahead-answer")  # concurrent requests
         self.next_window: tuple[Future, str] | None = None  # async trees: the next window and the prefix it follows
 
     @property
@@ -169,35 +170,41 @@ class Engine:
         # what the adaptive policy learns (α, c, j) carries over from run to run
         self.policy = policy or make_depth_policy(config, self.mode)
 
-    def run(self, question: str) -> LookaheadResult:
+    def answer(self, question: str) -> LookaheadResult:
+        """Answer `question` (rendered in the target's chat template) until EOS or the token cap."""
         return self.continue_from(render_prompt(self.models, question))
+
+    def run(self, question: str) -> LookaheadResult:
+        """Deprecated name of `answer`; `run` is the CLI command's and `LookaheadReasoner.run`'s word."""
+        warnings.warn("Engine.run is deprecated; use Engine.answer", DeprecationWarning, stacklevel=2)
+        return self.answer(question)
 
     def continue_from(self, prompt: str) -> LookaheadResult:
         """Reason on from `prompt` (already in the target's chat template) until EOS or the token cap."""
-        run = _Run(prompt)
+        state = _AnswerState(prompt)
         self.policy.run_started()
         try:
-            self._loop(run, self.policy)
+            self._loop(state, self.policy)
         finally:
             # requests of discarded speculation may still be in flight when the run ends: don't wait for them
-            run.pool.shutdown(wait=False, cancel_futures=True)
+            state.pool.shutdown(wait=False, cancel_futures=True)
             self.policy.run_finished()
-        return run.result(self.policy.cost_estimate())
+        return state.result(self.policy.cost_estimate())
 
-    def _loop(self, run: _Run, policy: DepthPolicy) -> None:
+    def _loop(self, state: _AnswerState, policy: DepthPolicy) -> None:
         """Every engine's rounds: plan, then an AR stretch or a drafting round, until EOS or the token cap."""
         while True:
             self._check_deadline()
             started = time.perf_counter()
-            plan = self._plan(run, policy)
+            plan = self._plan(state, policy)
             if plan.stretch_tokens:
-                record = self._ar_stretch(run, plan.stretch_tokens, started)
+                record = self._ar_stretch(state, plan.stretch_tokens, started)
             else:
-                record = self._drafting_round(run, plan, started)
-            if self._done(run, record):
+                record = self._drafting_round(state, plan, started)
+            if self._done(state, record):
                 return
 
-    def _drafting_round(self, run: _Run, plan: RoundPlan, started: float) -> RoundRecord:
+    def _drafting_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         """One round that drafts `plan.depth` steps (none for an AR round of one step) and verifies them."""
         raise NotImplementedError
 
@@ -211,49 +218,49 @@ class Engine:
         if self.on_step is not None:
             self.on_step(step)
 
-    def _cap(self, run: _Run) -> int:
-        return max(1, min(self.config.max_step_tokens, self.config.max_tokens - run.metrics.output_tokens))
+    def _cap(self, state: _AnswerState) -> int:
+        return max(1, min(self.config.max_step_tokens, self.config.max_tokens - state.metrics.output_tokens))
 
-    def _walk(self, run: _Run) -> AcceptanceWalk:
+    def _walk(self, state: _AnswerState) -> AcceptanceWalk:
         """The acceptance walk of the run's next round; kept steps are announced as they are kept."""
-        return AcceptanceWalk(len(run.log), self.config.max_tokens - run.metrics.output_tokens, self.announce)
+        return AcceptanceWalk(len(state.log), self.config.max_tokens - state.metrics.output_tokens, self.announce)
 
     def _draft(self, prefix: str, plan: RoundPlan, cap: int) -> DraftTree:
         return draft_tree(self.models, prefix, plan.depth, plan.width, cap, self.config.max_tree_nodes)
 
-    def _plan(self, run: _Run, policy: DepthPolicy) -> RoundPlan:
+    def _plan(self, state: _AnswerState, policy: DepthPolicy) -> RoundPlan:
         """The next round's plan; once drafting was turned off, AR rounds of one step."""
-        if not run.drafting:
+        if not state.drafting:
             return RoundPlan(0)
-        return policy.next_round(None if self.deadline is None else self.deadline - time.monotonic(), first=not run.log)
+        return policy.next_round(None if self.deadline is None else self.deadline - time.monotonic(), first=not state.log)
 
-    def _ar_stretch(self, run: _Run, tokens: int, started: float) -> RoundRecord:
+    def _ar_stretch(self, state: _AnswerState, tokens: int, started: float) -> RoundRecord:
         """An AR round that writes several steps in one request, as the target alone would (depth.py)."""
         t1 = time.perf_counter()
-        tokens = min(tokens, self.config.max_tokens - run.metrics.output_tokens)
+        tokens = min(tokens, self.config.max_tokens - state.metrics.output_tokens)
         try:
             with self.policy.target_load.track(1) as load:
-                output = self.models.generate(run.prefix, tokens)
+                output = self.models.generate(state.prefix, tokens)
         except Exception as error:
             raise target_failed(error) from None
-        run.metrics.count_tokens("target", [output])
+        state.metrics.count_tokens("target", [output])
         steps = split_steps(output, self.config.delimiter)
-        walk = self._walk(run)
+        walk = self._walk(state)
         walk.keep_targets(steps)
-        return self._finish_round(run, walk, RoundWork(
+        return self._finish_round(state, walk, RoundWork(
             depth=0, started=started, target_s=time.perf_counter() - t1, target_tokens=output.completion_tokens,
             target_steps=len(steps), target_tokens_all=output.completion_tokens, target_others=load.others,
             target_server_s=output.server_s,
         ))
 
     def _verify_round(
-        self, run: _Run, tree: DraftTree, plan: RoundPlan, cap: int, draft_s: float, started: float, bonus: bool,
+        self, state: _AnswerState, tree: DraftTree, plan: RoundPlan, cap: int, draft_s: float, started: float, bonus: bool,
     ) -> RoundRecord:
         """Target branches, judge, acceptance walk, bookkeeping; returns the round's record.
 
         With an empty tree, `plan.probe_tokens` caps a fork probe's short second branch (depth.py);
         `plan.measuring`: the round prices the draft and the verifier (depth.py), with `bonus` False."""
-        run.metrics.count_tokens("draft", [node.step for node in tree.nodes])
+        state.metrics.count_tokens("draft", [node.step for node in tree.nodes])
         t1 = time.perf_counter()
         branches = target_branches(tree, bonus)
         continuations = ["" if b == ROOT else tree.nodes[b].path for b in branches]
@@ -262,22 +269,22 @@ class Engine:
         if probe_tokens:  # the start of the same step once more in the fork: what a second branch costs, B(2)
             continuations.append("")
             caps = [cap, min(cap, probe_tokens)]
-        streamed = (self.config.fork == "streamed" and tree.width == 1 and bool(run.log) and len(branches) > 1
+        streamed = (self.config.fork == "streamed" and tree.width == 1 and bool(state.log) and len(branches) > 1
                     and not probe_tokens and supports_streaming(self.models))
         try:
             with self.policy.target_load.track(len(continuations)) as load:
                 if streamed:
-                    fork = stream_fork(self.models, run.pool, run.prefix, tree, branches, cap,
-                                       lambda pairs: self.judge(run, pairs))
+                    fork = stream_fork(self.models, state.pool, state.prefix, tree, branches, cap,
+                                       lambda pairs: self.verify(state, pairs))
                 else:
                     # after the first round the prefix was written by a target branch: already in the cache
-                    targets = self.models.target(run.prefix, continuations, caps, commit_prefix=not run.log)
+                    targets = self.models.target(state.prefix, continuations, caps, commit_prefix=not state.log)
         except Exception as error:
             raise target_failed(error) from None
         if streamed:
             returned = outputs = list(fork.target_after.values())  # the branches the round waited for
-            target_after, found, judge_s = fork.target_after, fork.verdicts, fork.judge_s
-            target_s = time.perf_counter() - t1 - judge_s  # the judge overlapped the branches it did not wait for
+            target_after, found, verify_s = fork.target_after, fork.verdicts, fork.verify_s
+            target_s = time.perf_counter() - t1 - verify_s  # the judge overlapped the branches it did not wait for
         else:
             if len(targets) != len(continuations):
                 raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
@@ -287,13 +294,13 @@ class Engine:
             target_s = t2 - t1
             judgeable = [i for i, n in enumerate(tree.nodes) if n.parent in target_after]
             pairs = [(target_after[tree.nodes[i].parent].text, tree.nodes[i].step.text) for i in judgeable]
-            found = dict(zip(judgeable, self.judge(run, pairs)))
-            judge_s = time.perf_counter() - t2
-        run.metrics.count_tokens("target", returned)  # the first round's root branch gives the run's prompt tokens
+            found = dict(zip(judgeable, self.verify(state, pairs)))
+            verify_s = time.perf_counter() - t2
+        state.metrics.count_tokens("target", returned)  # the first round's root branch gives the run's prompt tokens
         judged_nodes = sorted(found)
         verdicts = [found.get(i, Verdict(False, None, "unjudged")) for i in range(len(tree.nodes))]
 
-        walk = self._walk(run)
+        walk = self._walk(state)
         first_children = walk_tree(tree, verdicts, target_after, walk)
         judged = [
             JudgedDraft(
@@ -302,9 +309,9 @@ class Engine:
             )
             for i in judged_nodes
         ]
-        return self._finish_round(run, walk, RoundWork(
+        return self._finish_round(state, walk, RoundWork(
             depth=plan.depth, started=started, judged=judged, draft_s=draft_s, target_s=target_s,
-            target_server_s=server_s([t.server_s for t in outputs], max), judge_s=judge_s, branches=len(branches),
+            target_server_s=server_s([t.server_s for t in outputs], max), verify_s=verify_s, branches=len(branches),
             target_tokens=max(t.completion_tokens for t in returned),
             target_tokens_all=sum(t.completion_tokens for t in outputs), target_others=load.others,
             probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
@@ -313,46 +320,46 @@ class Engine:
             measuring=plan.measuring and bool(tree.nodes), first_candidates=first_children,
         ))
 
-    def _finish_round(self, run: _Run, walk: AcceptanceWalk, work: RoundWork) -> RoundRecord:
+    def _finish_round(self, state: _AnswerState, walk: AcceptanceWalk, work: RoundWork) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
         fields = asdict(work)
         fields["judged"] = work.judged  # the models themselves, not asdict's copies as dicts
         if work.first_candidates is None:
             fields["first_candidates"] = walk.accepted
         record = RoundRecord(
-            **fields, index=len(run.log), accepted=walk.accepted, positions=walk.positions, kept=walk.kept,
+            **fields, index=len(state.log), accepted=walk.accepted, positions=walk.positions, kept=walk.kept,
             finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos",
             wall_s=time.perf_counter() - work.started,
             output_tokens=sum(step_tokens(o) for o in walk.outputs),
         )
-        run.metrics.observe_round(record, walk.outputs)
+        state.metrics.observe_round(record, walk.outputs)
         self.policy.observe(record)  # before on_round, so a live view shows what this round taught the policy
-        run.log.append(record)
-        run.steps.extend(record.kept)
-        run.text += "".join(s.text for s in record.kept)
+        state.log.append(record)
+        state.steps.extend(record.kept)
+        state.text += "".join(s.text for s in record.kept)
         if self.on_round is not None:
             self.on_round(record)
         return record
 
-    def judge(self, run: _Run, pairs: list[tuple[str, str]]) -> list[Verdict]:
+    def verify(self, state: _AnswerState, pairs: list[tuple[str, str]]) -> list[Verdict]:
         if not pairs:
             return []
         try:
-            verdicts = self.verifier.verify(run.prefix, pairs)
+            verdicts = self.verifier.verify(state.prefix, pairs)
             if len(verdicts) != len(pairs):
                 raise ValueError(f"{len(verdicts)} verdicts for {len(pairs)} pairs")
         except Exception as error:
-            run.degrade("verifier failed, rejecting drafts from now on", error)
+            state.degrade("verifier failed, rejecting drafts from now on", error)
             return [Verdict(False, None, "unusable")] * len(pairs)
-        run.metrics.count_tokens("judge", [v for v in verdicts if v.prompt_tokens])  # those a model was asked for
+        state.metrics.count_tokens("judge", [v for v in verdicts if v.prompt_tokens])  # those a model was asked for
         return verdicts
 
-    def _done(self, run: _Run, record: RoundRecord) -> bool:
+    def _done(self, state: _AnswerState, record: RoundRecord) -> bool:
         if record.finished:
-            run.finish = "eos"
+            state.finish = "eos"
             return True
-        if run.metrics.output_tokens >= self.config.max_tokens:
-            run.finish = "max_tokens"
+        if state.metrics.output_tokens >= self.config.max_tokens:
+            state.finish = "max_tokens"
             return True
         return False
 
@@ -360,16 +367,16 @@ class Engine:
 class SyncEngine(Engine):
     mode = "sync"
 
-    def _drafting_round(self, run: _Run, plan: RoundPlan, started: float) -> RoundRecord:
-        cap = self._cap(run)
+    def _drafting_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
+        cap = self._cap(state)
         tree = DraftTree([])
         if plan.depth:
             try:
-                tree = self._draft(run.prefix, plan, cap)
+                tree = self._draft(state.prefix, plan, cap)
             except Exception as error:
-                run.draft_failed(error)
+                state.draft_failed(error)
         # a measuring round's target writes only its own step: no branch after the draft
-        return self._verify_round(run, tree, plan, cap, time.perf_counter() - started, started,
+        return self._verify_round(state, tree, plan, cap, time.perf_counter() - started, started,
                                   bonus=not plan.measuring)
 
 
@@ -380,19 +387,19 @@ class AsyncEngine(Engine):
 
     mode = "async"
 
-    def _drafting_round(self, run: _Run, plan: RoundPlan, started: float) -> RoundRecord:
+    def _drafting_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         if self.config.width == 1:
-            return self._chain_round(run, plan, started)
-        return self._window_round(run, plan, started)
+            return self._chain_round(state, plan, started)
+        return self._window_round(state, plan, started)
 
-    def _chain_round(self, run: _Run, plan: RoundPlan, started: float) -> RoundRecord:
-        walk = self._walk(run)
-        judged, pipe, judge_s = run_chain_round(self, run, walk, plan.depth, self._cap(run), run.pool)
-        return self._finish_round(run, walk, RoundWork(
+    def _chain_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
+        walk = self._walk(state)
+        judged, pipe, verify_s = run_chain_round(self, state, walk, plan.depth, self._cap(state), state.pool)
+        return self._finish_round(state, walk, RoundWork(
             depth=plan.depth, started=started, judged=judged, draft_s=sum(pipe.draft_times),
             target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
             target_server_s=server_s(pipe.target_server_times, statistics.mean),
-            judge_s=judge_s / max(1, len(judged)), branches=len(pipe.target_times),
+            verify_s=verify_s / max(1, len(judged)), branches=len(pipe.target_times),
             target_tokens=round(statistics.mean(pipe.target_tokens)) if pipe.target_tokens else 0,
             draft_tokens=sum(pipe.draft_tokens), draft_steps=len(pipe.draft_times),
             branch_tokens=list(pipe.target_tokens),
@@ -404,24 +411,24 @@ class AsyncEngine(Engine):
         tree = self._draft(prefix, plan, cap)
         return tree, time.perf_counter() - t0
 
-    def _window_round(self, run: _Run, plan: RoundPlan, started: float) -> RoundRecord:
-        cap = self._cap(run)
+    def _window_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
+        cap = self._cap(state)
         tree, draft_s = DraftTree([]), 0.0
         if plan.depth:
-            pending = run.next_window
-            run.next_window = None
-            if pending is None or pending[1] != run.prefix:  # none yet, or a rejection made it stale
-                pending = (run.pool.submit(self._timed_draft, run.prefix, plan, cap), run.prefix)
+            pending = state.next_window
+            state.next_window = None
+            if pending is None or pending[1] != state.prefix:  # none yet, or a rejection made it stale
+                pending = (state.pool.submit(self._timed_draft, state.prefix, plan, cap), state.prefix)
             try:
                 tree, draft_s = pending[0].result()
             except Exception as error:
-                run.draft_failed(error)
+                state.draft_failed(error)
             optimistic = tree.optimistic_path()
             ends = tree.nodes[optimistic[-1]].step if optimistic else None
-            if run.drafting and ends is not None and ends.ending != "eos":
-                base = run.prefix + tree.text_of(optimistic)
-                run.next_window = (run.pool.submit(self._timed_draft, base, self.policy.peek_round(), cap), base)
-        return self._verify_round(run, tree, plan, cap, draft_s, started, bonus=False)
+            if state.drafting and ends is not None and ends.ending != "eos":
+                base = state.prefix + tree.text_of(optimistic)
+                state.next_window = (state.pool.submit(self._timed_draft, base, self.policy.peek_round(), cap), base)
+        return self._verify_round(state, tree, plan, cap, draft_s, started, bonus=False)
 
 
 def make_engine(config: LookaheadConfig, models: StepModels, verifier: Verifier, **options) -> Engine:

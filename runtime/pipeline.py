@@ -124,14 +124,14 @@ class ChainPipeline:
             self.lock.notify_all()
 
 
-def run_chain_round(engine, run, walk: AcceptanceWalk, depth: int, cap: int, pool: ThreadPoolExecutor):
+def run_chain_round(engine, state, walk: AcceptanceWalk, depth: int, cap: int, pool: ThreadPoolExecutor):
     """One pipelined round, fed position by position to `walk` (the acceptance rule, acceptance.py).
 
     Returns (judged records, pipeline, judge seconds); the kept steps are in `walk`.
     """
-    pipe = ChainPipeline(engine.models, pool, run.prefix, depth, cap, engine.policy.target_load)
+    pipe = ChainPipeline(engine.models, pool, state.prefix, depth, cap, engine.policy.target_load)
     judged: list[JudgedDraft] = []
-    judge_s = 0.0
+    verify_s = 0.0
     i = 1
     try:
         while True:
@@ -139,25 +139,25 @@ def run_chain_round(engine, run, walk: AcceptanceWalk, depth: int, cap: int, poo
                 t_prev = pipe.target(i - 1)
             except Exception as error:
                 raise target_failed(error) from None
-            run.metrics.count_tokens("target", [t_prev])  # t_0 of the first round gives the run's prompt tokens
+            state.metrics.count_tokens("target", [t_prev])  # t_0 of the first round gives the run's prompt tokens
             d = pipe.draft(i)
             if d is None:  # nothing drafted at this position: the target's step is kept
                 walk.close(t_prev)
                 break
-            run.metrics.count_tokens("draft", [d])
+            state.metrics.count_tokens("draft", [d])
             t0 = time.perf_counter()
-            [verdict] = engine.judge(run, [(t_prev.text, d.text)])
-            judge_s += time.perf_counter() - t0
+            [verdict] = engine.verify(state, [(t_prev.text, d.text)])
+            verify_s += time.perf_counter() - t0
             judged.append(JudgedDraft(draft=d.text, target=t_prev.text, accept=verdict.accept,
                                       score=verdict.score, method=verdict.method))
             if not walk.decide(t_prev, d, verdict):
                 break
             pipe.advance(i)
-            if walk.stopped or not run.drafting:
+            if walk.stopped or not state.drafting:
                 break
             i += 1
     finally:
         pipe.cancel()
     if pipe.draft_error is not None:
-        run.draft_failed(pipe.draft_error)
-    return judged, pipe, judge_s
+        state.draft_failed(pipe.draft_error)
+    return judged, pipe, verify_s

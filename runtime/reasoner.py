@@ -40,7 +40,7 @@ class LookaheadReasoner:
 
     def run(self, question: str, on_round: Callable[[RoundRecord], None] | None = None) -> LookaheadResult:
         try:
-            return self.engine(on_round).run(question)
+            return self.engine(on_round).answer(question)
         finally:
             if self.costs_key:
                 save_costs(self.costs_key, self.policy.costs)

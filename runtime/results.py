@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import AliasChoices, BaseModel, Field, computed_field
 
 from lookahead_reasoning.runtime.cost_model import CostEstimate
 
@@ -44,7 +44,7 @@ class RoundRecord(BaseModel):
     # the same as the target server timed it (the longest of its requests, SGLang's e2e_latency; None where a
     # server did not say): without the client's own time, which grows with the runs that share its CPU
     target_server_s: float | None = None
-    judge_s: float
+    verify_s: float = Field(validation_alias=AliasChoices("verify_s", "judge_s"))  # the verifier's time
     wall_s: float
     branches: int = 0  # target requests of the round (the fork's width)
     probe_tokens: int = 0  # tokens of a fork probe's short extra branch beside an AR round's step (depth.py)
@@ -61,6 +61,12 @@ class RoundRecord(BaseModel):
     # accepted positions from the round's start that were each level's first candidate (all, for a chain): the
     # path the async tree engine drafts the next window from, so whether that window can be used
     first_candidates: int = 0
+
+    @computed_field
+    @property
+    def judge_s(self) -> float:
+        """The old name of `verify_s`, kept in the JSON for readers of earlier results."""
+        return self.verify_s
 
 
 class RoleTokens(BaseModel):

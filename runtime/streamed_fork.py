@@ -35,7 +35,7 @@ class StreamedFork:
 
     target_after: dict[int, StepOutput] = field(default_factory=dict)  # branch node (ROOT: the prefix) -> t
     verdicts: dict[int, Verdict] = field(default_factory=dict)  # judged node -> verdict
-    judge_s: float = 0.0  # the judge's calls, summed (they overlap branches still running)
+    verify_s: float = 0.0  # the judge's calls, summed (they overlap branches still running)
 
 
 def supports_streaming(models) -> bool:
@@ -82,7 +82,7 @@ def _judge_in_order(tree: DraftTree, futures: dict[int, Future], judge, out: Str
             ready.append(ready[-1] + 1)
         started = time.perf_counter()
         verdicts = judge([(out.target_after[tree.nodes[i].parent].text, tree.nodes[i].step.text) for i in ready])
-        out.judge_s += time.perf_counter() - started
+        out.verify_s += time.perf_counter() - started
         for i, verdict in zip(ready, verdicts):
             out.verdicts[i] = verdict
             step = tree.nodes[i].step

@@ -15,7 +15,7 @@ TOKENS = 20  # tokens per step
 T = 0.05  # seconds per target token alone
 
 
-def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0, probe=0, stretch=0, width=1):
+def round_record(depth, accepted, positions, *, branch_cost, c=0.1, verify_s=0.0, probe=0, stretch=0, width=1):
     """A sync round of γ = depth on servers where a fork of n branches costs branch_cost(n) steps
     (`probe`: the tokens of a fork probe's short second branch beside an AR round's step; `stretch`:
     the tokens of an AR round that wrote several steps in one request); never a run's first round, which
@@ -28,7 +28,7 @@ def round_record(depth, accepted, positions, *, branch_cost, c=0.1, judge_s=0.0,
     return RoundRecord(
         index=1, depth=depth, judged=judged if depth else [], accepted=accepted, positions=positions, kept=[],
         finished=False, started=0.0, draft_s=depth * TOKENS * T * c, target_s=target_s,
-        judge_s=judge_s if depth else 0.0, wall_s=1.0, branches=branches, target_tokens=tokens,
+        verify_s=verify_s if depth else 0.0, wall_s=1.0, branches=branches, target_tokens=tokens,
         draft_tokens=depth * TOKENS, draft_steps=depth, probe_tokens=probe, target_steps=tokens // TOKENS, width=width,
         target_tokens_all=tokens * branches + min(probe, TOKENS),
     )

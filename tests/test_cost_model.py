@@ -14,7 +14,7 @@ def test_estimates_from_scripted_timings():
     model.observe_target(3, 20 * per_token(3), 20)  # a fork of 3
     model.observe_target(1, 20 * per_token(5), 20, others=4)  # a lone step while other runs had 4 in flight
     model.observe_draft(0.76, 2)  # two steps of 0.38 s (a target step: 1 s): c = 0.38
-    model.observe_judge(2, 0.5)
+    model.observe_verifier(2, 0.5)
     assert model.branch_cost(1) == pytest.approx(1.0)
     assert model.branch_cost(3) == pytest.approx(1 + 0.7 * 2)  # one run: B(n) = 1 + s(n - 1)
     assert model.branch_cost(3, concurrency=4) == pytest.approx((1 + 0.7 * 11) / (1 + 0.7 * 3))  # t(C·n) / t(C)

@@ -36,7 +36,7 @@ def test_a_steps_server_time_is_read_only_where_it_is_a_duration(latency, second
 
 def test_all_steps_accepted_in_one_round():
     models = ScriptedModels(TARGET)
-    result = engine(models, depth=4).run("q")
+    result = engine(models, depth=4).answer("q")
     assert result.text == DELIM.join(TARGET)
     assert result.answer == "5"
     assert result.stats.rounds == 1
@@ -49,7 +49,7 @@ def test_all_steps_accepted_in_one_round():
 def test_reject_at_position_k_keeps_prefix_then_target_step():
     draft = ["we add 2 and 3", "that gives 6", "so the answer is \\boxed{6}"]
     models = ScriptedModels(TARGET, draft)
-    result = engine(models, depth=3).run("q")
+    result = engine(models, depth=3).answer("q")
     first = result.round_log[0]
     assert first.accepted == 1
     assert [(s.source, s.text) for s in first.kept] == [("draft", TARGET[0] + DELIM), ("target", TARGET[1] + DELIM)]
@@ -60,7 +60,7 @@ def test_reject_at_position_k_keeps_prefix_then_target_step():
 def test_equivalent_but_different_draft_step_is_kept_with_its_score():
     draft = ["we add 2 and 3", "which makes 5", "so the answer is \\boxed{5}"]
     judge = ScriptedJudge(accept_words={"makes"})
-    result = engine(ScriptedModels(TARGET, draft), judge, depth=3).run("q")
+    result = engine(ScriptedModels(TARGET, draft), judge, depth=3).answer("q")
     assert result.steps[1].text == "which makes 5" + DELIM
     assert result.steps[1].source == "draft" and result.steps[1].verifier_score == 0.9
     assert judge.pairs_seen == [(TARGET[1] + DELIM, "which makes 5" + DELIM)]  # only the non-identical pair
@@ -68,7 +68,7 @@ def test_equivalent_but_different_draft_step_is_kept_with_its_score():
 
 def test_exact_match_fast_path_skips_the_judge():
     judge = ScriptedJudge()
-    result = engine(ScriptedModels(TARGET), judge, depth=4).run("q")
+    result = engine(ScriptedModels(TARGET), judge, depth=4).answer("q")
     assert judge.pairs_seen == []
     assert result.stats.judge.requests == 0
     assert all(j.method == "exact" for r in result.round_log for j in r.judged)
@@ -76,7 +76,7 @@ def test_exact_match_fast_path_skips_the_judge():
 
 def test_eos_inside_a_draft_step_ends_drafting_and_the_run():
     draft = ["we add 2 and 3", "\\boxed{5}"]  # the draft stops (EOS) one step early
-    result = engine(ScriptedModels(TARGET, draft), depth=4).run("q")
+    result = engine(ScriptedModels(TARGET, draft), depth=4).answer("q")
     first = result.round_log[0]
     assert len(first.judged) == 2  # nothing is drafted after an EOS step
     assert first.accepted == 1  # the EOS draft step is not equivalent to a step that goes on
@@ -85,7 +85,7 @@ def test_eos_inside_a_draft_step_ends_drafting_and_the_run():
 
 
 def test_length_capped_step_is_partial_and_continues():
-    result = engine(ScriptedModels(TARGET), depth=2, max_step_tokens=2).run("q")
+    result = engine(ScriptedModels(TARGET), depth=2, max_step_tokens=2).answer("q")
     assert result.text == DELIM.join(TARGET)
     endings = [r.kept[-1].text for r in result.round_log]
     assert any(not t.endswith(DELIM) for t in endings[:-1])  # some round ended inside a step
@@ -107,7 +107,7 @@ class DraftsPastCappedSteps(ScriptedModels):
 def test_capped_draft_step_is_never_followed_by_another_draft_step():
     models = DraftsPastCappedSteps(TARGET)
     judge = ScriptedJudge(accept_words={"makes"})
-    result = engine(models, judge, depth=4, max_step_tokens=3).run("q")
+    result = engine(models, judge, depth=4, max_step_tokens=3).answer("q")
     judged = [j.draft for record in result.round_log for j in record.judged]
     assert any(not d.endswith(DELIM) for d in judged)  # capped draft steps were judged
     assert DraftsPastCappedSteps.JUNK not in judged and "junk" not in result.text  # what followed them was not
@@ -116,14 +116,14 @@ def test_capped_draft_step_is_never_followed_by_another_draft_step():
 
 def test_empty_draft_falls_back_to_target_steps():
     models = ScriptedModels(TARGET, draft=[])
-    result = engine(models, depth=3).run("q")
+    result = engine(models, depth=3).answer("q")
     assert result.text == DELIM.join(TARGET)
     assert all(s.source == "target" for s in result.steps)
     assert result.stats.draft_steps_accepted == 0
 
 
 def test_token_cap_stops_the_run_and_says_so():
-    result = engine(ScriptedModels(TARGET), depth=1, max_tokens=4).run("q")
+    result = engine(ScriptedModels(TARGET), depth=1, max_tokens=4).answer("q")
     assert result.stats.finish == "max_tokens"
     assert result.stats.output_tokens >= 4
 
@@ -132,7 +132,7 @@ def test_token_cap_stops_the_run_and_says_so():
 def test_a_round_does_not_run_past_the_token_cap(engine_class):
     steps = [f"step {i} has five words" for i in range(12)]  # 5 tokens each
     config = LookaheadConfig(depth=6, max_tokens=12, max_step_tokens=20)
-    result = engine_class(config, ScriptedModels(steps), FastPathVerifier(ScriptedJudge())).run("q")
+    result = engine_class(config, ScriptedModels(steps), FastPathVerifier(ScriptedJudge())).answer("q")
     assert result.stats.finish == "max_tokens"
     assert 12 <= result.stats.output_tokens < 12 + 5  # at most the step that reached the cap
     assert result.stats.rounds == 1 and len(result.steps) == 3
@@ -140,7 +140,7 @@ def test_a_round_does_not_run_past_the_token_cap(engine_class):
 
 def test_failing_draft_server_degrades_to_target_only():
     models = ScriptedModels(TARGET, fail={"draft"})
-    result = engine(models, depth=3).run("q")
+    result = engine(models, depth=3).answer("q")
     assert result.text == DELIM.join(TARGET)
     assert models.calls["draft"] == 1  # drafting is switched off after the failure
     assert result.stats.degraded and "draft failed" in result.stats.degraded[0]
@@ -148,19 +148,19 @@ def test_failing_draft_server_degrades_to_target_only():
 
 def test_failing_judge_rejects_and_keeps_the_target_step():
     draft = ["we add 2 and 3", "which makes 5", "so the answer is \\boxed{5}"]
-    result = engine(ScriptedModels(TARGET, draft), ScriptedJudge(fail=True), depth=3).run("q")
+    result = engine(ScriptedModels(TARGET, draft), ScriptedJudge(fail=True), depth=3).answer("q")
     assert result.text == DELIM.join(TARGET)
     assert "verifier failed" in result.stats.degraded[0]
 
 
 def test_failing_target_server_is_an_error_not_an_answer():
     with pytest.raises(ServerFailure, match="target server failed"):
-        engine(ScriptedModels(TARGET, fail={"target"})).run("q")
+        engine(ScriptedModels(TARGET, fail={"target"})).answer("q")
 
 
 def test_empty_question_is_rejected():
     with pytest.raises(LookaheadError, match="question is empty"):
-        engine(ScriptedModels(TARGET)).run("   ")
+        engine(ScriptedModels(TARGET)).answer("   ")
 
 
 def test_baseline_matches_target_text():
@@ -211,7 +211,7 @@ def test_every_engine_and_width_is_lossless_under_exact_verification(target, dra
     """Lossless property: accepting only identical steps must reproduce AR output exactly."""
     models = ScriptedModels(target, draft)
     config = LookaheadConfig(depth=depth, max_step_tokens=cap, max_tokens=10_000, width=width)
-    result = engine_class(config, models, ExactMatchVerifier()).run("q")
+    result = engine_class(config, models, ExactMatchVerifier()).answer("q")
     assert result.text == run_baseline(models, "q", config).text
     assert result.stats.draft_steps_accepted <= result.stats.draft_steps_judged
 
@@ -219,7 +219,7 @@ def test_every_engine_and_width_is_lossless_under_exact_verification(target, dra
 def test_async_matches_sync_with_the_same_judge():
     draft = ["we add 2 and 3", "which makes 5", "so the answer is \\boxed{6}"]
     results = [
-        cls(LookaheadConfig(depth=2), ScriptedModels(TARGET, draft), FastPathVerifier(ScriptedJudge({"makes"}))).run("q")
+        cls(LookaheadConfig(depth=2), ScriptedModels(TARGET, draft), FastPathVerifier(ScriptedJudge({"makes"}))).answer("q")
         for cls in (SyncEngine, AsyncEngine)
     ]
     assert results[0].text == results[1].text == "we add 2 and 3\n\nwhich makes 5\n\nso the answer is \\boxed{5}"
@@ -229,7 +229,7 @@ def test_async_matches_sync_with_the_same_judge():
 def test_async_pipeline_keeps_drafting_past_gamma_while_everything_is_accepted():
     script = TARGET * 2 + ["end \\boxed{1}"]
     models = ScriptedModels(script)
-    result = AsyncEngine(LookaheadConfig(depth=2), models, FastPathVerifier(ScriptedJudge())).run("q")
+    result = AsyncEngine(LookaheadConfig(depth=2), models, FastPathVerifier(ScriptedJudge())).answer("q")
     assert result.text == DELIM.join(script)
     assert result.stats.rounds == 1  # γ bounds how far the draft runs ahead, not the round
     assert all(s.source == "draft" for s in result.steps)
@@ -238,7 +238,7 @@ def test_async_pipeline_keeps_drafting_past_gamma_while_everything_is_accepted()
 
 def test_async_windows_for_trees_keep_no_bonus_step():
     script = TARGET * 2 + ["end \\boxed{1}"]
-    result = AsyncEngine(LookaheadConfig(depth=2, width=2), ScriptedModels(script), FastPathVerifier(ScriptedJudge())).run("q")
+    result = AsyncEngine(LookaheadConfig(depth=2, width=2), ScriptedModels(script), FastPathVerifier(ScriptedJudge())).answer("q")
     assert result.text == DELIM.join(script)
     full = [r for r in result.round_log if r.accepted == r.depth]
     assert full and all(r.kept[-1].source == "draft" for r in full)  # the next window was drafted without it
@@ -248,7 +248,7 @@ def test_async_windows_for_trees_keep_no_bonus_step():
 def test_async_discards_the_speculative_window_on_a_reject():
     draft = ["we add 2 and 3", "that gives 6", "so the answer is \\boxed{6}", "x", "y"]
     models = ScriptedModels(TARGET + ["tail one", "tail two"], draft)
-    result = AsyncEngine(LookaheadConfig(depth=2), models, FastPathVerifier(ScriptedJudge())).run("q")
+    result = AsyncEngine(LookaheadConfig(depth=2), models, FastPathVerifier(ScriptedJudge())).answer("q")
     assert result.text == DELIM.join(TARGET + ["tail one", "tail two"])
     assert models.calls["draft"] > len(result.round_log)  # some windows were drafted in vain and redrafted
 
@@ -256,7 +256,7 @@ def test_async_discards_the_speculative_window_on_a_reject():
 def test_tree_first_accepted_candidate_wins():
     draft = ["we add 2 and 3", "that gives 6", "so the answer is \\boxed{5}"]
     judge = ScriptedJudge(accept_words={"v2"})  # only the third candidate at each position is accepted
-    result = SyncEngine(LookaheadConfig(depth=2, width=3), ScriptedModels(TARGET, draft), FastPathVerifier(judge)).run("q")
+    result = SyncEngine(LookaheadConfig(depth=2, width=3), ScriptedModels(TARGET, draft), FastPathVerifier(judge)).answer("q")
     first = result.round_log[0]
     kept = [s.text for s in first.kept]
     assert kept[0] == TARGET[0] + DELIM  # identical candidate: exact fast path
@@ -271,25 +271,25 @@ def test_tree_drafting_samples_even_with_greedy_draft_settings():
     assert LookaheadConfig(width=2, draft_sampling={"temperature": 0.5}).tree_sampling.temperature == 0.5
 
 
-def _record(depth, accepted, positions, draft_s=0.01, target_s=0.1, judge_s=0.01):
+def _record(depth, accepted, positions, draft_s=0.01, target_s=0.1, verify_s=0.01):
     from lookahead_reasoning.runtime.results import RoundRecord
 
     return RoundRecord(index=0, depth=depth, judged=[], accepted=accepted, positions=positions, kept=[],
-                       finished=False, started=0.0, draft_s=draft_s, target_s=target_s, judge_s=judge_s, wall_s=0.2)
+                       finished=False, started=0.0, draft_s=draft_s, target_s=target_s, verify_s=verify_s, wall_s=0.2)
 
 
 @pytest.mark.parametrize("engine_class", [SyncEngine, AsyncEngine])
 @pytest.mark.parametrize("width", [1, 2])
 def test_adaptive_engine_run_is_correct(engine_class, width):
     config = LookaheadConfig(depth=2, adaptive_depth=True, width=width)
-    result = engine_class(config, ScriptedModels(TARGET * 3), FastPathVerifier(ScriptedJudge())).run("q")
+    result = engine_class(config, ScriptedModels(TARGET * 3), FastPathVerifier(ScriptedJudge())).answer("q")
     assert result.text == DELIM.join(TARGET * 3)
 
 
 @pytest.mark.parametrize("width", [1, 2])
 def test_an_async_engine_can_run_twice(width):
     engine = AsyncEngine(LookaheadConfig(depth=2, width=width), ScriptedModels(TARGET), FastPathVerifier(ScriptedJudge()))
-    assert engine.run("q").text == engine.run("q").text == DELIM.join(TARGET)
+    assert engine.answer("q").text == engine.answer("q").text == DELIM.join(TARGET)
 
 
 def test_tree_drafting_respects_the_node_budget():
@@ -374,7 +374,7 @@ def test_run_metrics_observe_requests_and_rounds():
 def test_engines_count_prompt_and_requests_per_role():
     judge = ScriptedJudge(accept_words={"makes"})
     draft = ["we add 2 and 3", "which makes 5", "so the answer is \\boxed{5}"]
-    result = engine(ScriptedModels(TARGET, draft), judge, depth=3).run("q")
+    result = engine(ScriptedModels(TARGET, draft), judge, depth=3).answer("q")
     stats = result.stats
     # one round, each step a request: the draft's three steps; the target's root branch and its branches
     # after d1 and d2 (d3 ended on EOS: no bonus); the judge's one non-identical pair
@@ -396,7 +396,7 @@ class DraftFailsAfter(ScriptedModels):
 
 
 def test_a_draft_failing_inside_an_async_round_keeps_the_target_step_and_counts_no_rejection():
-    result = AsyncEngine(LookaheadConfig(depth=3), DraftFailsAfter(TARGET, ok=1), FastPathVerifier(ScriptedJudge())).run("q")
+    result = AsyncEngine(LookaheadConfig(depth=3), DraftFailsAfter(TARGET, ok=1), FastPathVerifier(ScriptedJudge())).answer("q")
     assert result.text == DELIM.join(TARGET)
     first = result.round_log[0]
     assert [s.source for s in first.kept] == ["draft", "target"]  # d_1, then t_1: there is no d_2 to judge
@@ -410,7 +410,7 @@ def test_adaptive_first_rounds_time_the_target_alone_then_a_fork_probe():
     steps = [" ".join(f"w{i}x{k}" for k in range(16)) for i in range(4)]
     models = ScriptedModels(steps)
     config = LookaheadConfig(depth=2, adaptive_depth=True, max_step_tokens=32)
-    result = SyncEngine(config, models, FastPathVerifier(ScriptedJudge())).run("q")
+    result = SyncEngine(config, models, FastPathVerifier(ScriptedJudge())).answer("q")
     first, second, third = result.round_log[:3]
     assert (first.depth, first.branches, first.probe_tokens) == (0, 1, 0)
     assert (second.depth, second.branches, second.probe_tokens) == (0, 1, 0)
@@ -432,7 +432,7 @@ def test_while_ar_wins_the_engine_writes_several_steps_per_request(engine_class)
     config = LookaheadConfig(depth=2, adaptive_depth=True, max_step_tokens=32, max_tokens=1000)
     policy = AdaptiveDepth(engine_class.mode, 2, 8, costs=costs)
     models = ScriptedModels(steps)
-    result = engine_class(config, models, FastPathVerifier(ScriptedJudge()), policy=policy).run("q")
+    result = engine_class(config, models, FastPathVerifier(ScriptedJudge()), policy=policy).answer("q")
     assert result.text == DELIM.join(steps) and result.stats.finish == "eos"
     assert [s.text for s in result.steps] == [s + DELIM for s in steps[:-1]] + [steps[-1]]
     # 8 steps, a whole stretch; sync: a fork probe after 13, beside a lone step just before it; async (W = 1
@@ -460,7 +460,26 @@ def test_an_ar_stretch_stops_at_the_deadline():
     engine = SyncEngine(config, ScriptedModels(steps), FastPathVerifier(ScriptedJudge()), on_round=rounds.append,
                         policy=AdaptiveDepth("sync", 2, 8, costs=costs), deadline=time.monotonic() + 0.05)
     try:
-        engine.run("q")
+        engine.answer("q")
     except TimeLimitExceeded:
         pass
     assert rounds and 1 <= rounds[0].target_tokens <= 5
+
+
+def test_the_old_name_run_still_answers_but_warns():
+    with pytest.warns(DeprecationWarning, match="use Engine.answer"):
+        result = engine(ScriptedModels(TARGET)).run("q")
+    assert result.text == DELIM.join(TARGET)
+
+
+def test_records_read_and_still_write_the_old_judge_names():
+    from lookahead_reasoning.runtime.cost_model import CostEstimate
+    from lookahead_reasoning.runtime.results import RoundRecord
+
+    record = engine(ScriptedModels(TARGET, TARGET), depth=2).answer("q").round_log[0]
+    data = record.model_dump(mode="json")
+    assert data["judge_s"] == data["verify_s"] == record.verify_s
+    del data["verify_s"]
+    assert RoundRecord.model_validate(data).verify_s == record.verify_s
+    old = CostEstimate.model_validate({"judge_s_per_round": 0.25})
+    assert old.verify_s_per_round == 0.25 and old.model_dump()["judge_s_per_round"] == 0.25

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lookahead_reasoning.runtime.servers import offline_models as models
+from lookahead_reasoning.runtime.servers import offline_weights as models
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.runtime.servers.server_models import check_model
 

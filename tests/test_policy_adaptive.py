@@ -30,14 +30,14 @@ def test_pairs_the_exact_match_fast_path_accepted_do_not_time_the_judge(mode):
 
     def judged_after(*rounds):
         policy = AdaptiveDepth(mode, initial=2, max_depth=8)
-        for judged, judge_s in rounds:
-            record = round_record(len(judged), 0, len(judged), branch_cost=free_branches, judge_s=judge_s)
+        for judged, verify_s in rounds:
+            record = round_record(len(judged), 0, len(judged), branch_cost=free_branches, verify_s=verify_s)
             policy.observe(record.model_copy(update={"judged": judged}))
-        return policy.costs.estimate().judge_s_per_round
+        return policy.costs.estimate().verify_s_per_round
 
     assert judged_after(([same], 1e-6)) is None
     assert judged_after(([same, same], 1e-6), ([same], 1e-6)) is None
-    # sync: the fork of the one pair the fast path left took 0.2 s; async chain: judge_s is the mean over the
+    # sync: the fork of the one pair the fast path left took 0.2 s; async chain: verify_s is the mean over the
     # round's pairs (0.1 over two), so the one answered took 0.2 s
     assert judged_after(([same, answered], 0.2 if mode == "sync" else 0.1)) == pytest.approx(0.2)
     assert 0 < judged_after(([same, unequal], 1e-6)) < 1e-5

@@ -108,7 +108,7 @@ def test_the_plan_leans_toward_drafting_while_few_positions_are_judged():
         costs = fitted_costs()
         step = costs.estimate().step_tokens * T
         costs.observe_draft(0.25 * step, 1)
-        costs.observe_judge(1, 0.25 * step)
+        costs.observe_verifier(1, 0.25 * step)
         policy = AdaptiveDepth("sync", initial=2, max_depth=8, costs=costs)
         policy.acceptance.add(1, accepted, rejected, 1.0, 1.0)
         return policy.cost_estimate()

@@ -162,7 +162,7 @@ def test_full_run_against_real_servers_keeps_a_consistent_trace(reasoner):
 def test_the_default_verifier_rejects_a_new_number_before_asking_the_judge(tiny_endpoints):
     """tiny-draft's "Thus \\boxed{6}" states a 6 that neither the target's step nor the prompt holds: the numbers
     gate of the default verifier (llm-judge+numbers) rejects it, and the judge's server is not asked."""
-    result = LookaheadReasoner(tiny_endpoints, LookaheadConfig(depth=3, max_tokens=64)).run(QUESTION)
+    result = LookaheadReasoner(tiny_endpoints, LookaheadConfig(depth=3, max_tokens=64)).answer(QUESTION)
     [exact, gated] = result.round_log[0].judged
     assert exact.method == "exact" and (gated.method, gated.accept, gated.score) == ("numbers", False, None)
     assert result.answer == "5" and result.stats.judge.requests == 0
@@ -174,7 +174,7 @@ def test_exact_verification_reproduces_the_target_alone(reasoner, fork):
     whether a round's fork is one batch or its branches go one by one (streamed_fork.py)."""
     conn = reasoner.connection
     config = LookaheadConfig(depth=2, max_step_tokens=3, max_tokens=64, fork=fork)
-    lr = SyncEngine(config, conn.models, ExactMatchVerifier()).run(QUESTION)
+    lr = SyncEngine(config, conn.models, ExactMatchVerifier()).answer(QUESTION)
     ar = reasoner.baseline(QUESTION)
     assert lr.text == ar.text == "We add two and three\n\nHence \\boxed{5}"
 
@@ -187,7 +187,7 @@ def test_async_and_tree_engines_on_the_real_server(reasoner, engine):
     config = LookaheadConfig(depth=2, width=2, engine=engine, seed=1, max_tokens=64)
     samples = conn.models.sample([conn.models.prompt(QUESTION)], 2)
     assert len(samples) == 1 and len(samples[0]) == 2  # two sampled candidates from one fork
-    lr = make_engine(config, conn.models, ExactMatchVerifier()).run(QUESTION)
+    lr = make_engine(config, conn.models, ExactMatchVerifier()).answer(QUESTION)
     assert lr.text == reasoner.baseline(QUESTION).text
 
 

@@ -136,7 +136,7 @@ def test_the_judge_draws_each_problems_verdicts_afresh_whatever_came_before(sims
 def test_engines_are_lossless_against_the_simulator(sims, engine_class, width):
     reasoner = LookaheadReasoner(sims.endpoints(), LookaheadConfig(depth=3, width=width, seed=3, max_tokens=500))
     conn = reasoner.connection
-    result = engine_class(reasoner.config, conn.models, ExactMatchVerifier()).run("q")
+    result = engine_class(reasoner.config, conn.models, ExactMatchVerifier()).answer("q")
     assert result.text == reasoner.baseline("q").text
     assert result.stats.finish == "eos" and result.text.count("\n\n") == STEPS - 1
 
@@ -145,7 +145,7 @@ def test_engines_are_lossless_against_the_simulator(sims, engine_class, width):
 @pytest.mark.parametrize("width", [1, 2])
 def test_engines_with_the_judge_keep_a_consistent_trace(sims, engine, width):
     config = LookaheadConfig(depth=2, width=width, engine=engine, seed=3, max_tokens=500)
-    result = LookaheadReasoner(sims.endpoints(), config).run("q")
+    result = LookaheadReasoner(sims.endpoints(), config).answer("q")
     assert result.stats.finish == "eos"
     assert result.text.count("\n\n") == STEPS - 1  # every position is filled exactly once
     for i, step in enumerate(result.steps):
@@ -158,7 +158,7 @@ def test_engines_with_the_judge_keep_a_consistent_trace(sims, engine, width):
 
 
 def test_draft_steps_and_plain_generation_run_in_the_callers_thread(sims, monkeypatch):
-    """No thread per program run (`run_here`): the frontend's worker thread, and the hand-off of every
+    """No thread per program run (`run_in_this_thread`): the frontend's worker thread, and the hand-off of every
     expression to it, made a drafted request cost the client a fifth more CPU under load."""
     models = LookaheadReasoner(sims.endpoints(), LookaheadConfig(depth=2)).connection.models
     prefix = models.prompt("q")

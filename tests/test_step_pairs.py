@@ -17,7 +17,7 @@ def runner(asked: list[str]):
     def run(message, on_round):
         asked.append(message)
         config = LookaheadConfig(depth=2, fork="batched")
-        return SyncEngine(config, ScriptedModels(TARGET, DRAFT), ScriptedJudge({"a", "b"}), on_round=on_round).run(message)
+        return SyncEngine(config, ScriptedModels(TARGET, DRAFT), ScriptedJudge({"a", "b"}), on_round=on_round).answer(message)
     return run
 
 

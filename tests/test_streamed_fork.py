@@ -50,7 +50,7 @@ class HeldBranches(ScriptedModels):
 
 def sync_run(models, words=ACCEPT, depth=2, fork="streamed", **config):
     verifier = FastPathVerifier(ScriptedJudge(words))
-    return SyncEngine(LookaheadConfig(depth=depth, fork=fork, **config), models, verifier).run("q")
+    return SyncEngine(LookaheadConfig(depth=depth, fork=fork, **config), models, verifier).answer("q")
 
 
 def test_a_rejection_ends_the_round_without_waiting_for_the_branches_after_it():

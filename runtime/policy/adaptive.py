@@ -134,7 +134,7 @@ class AdaptiveDepth:
                 self.rates.add(kind, self._counted_tokens(record), record.wall_s, forget, runs)
                 if record.depth:
                     self.governor.drafting_round_timed(record.started, self.rates.gain())
-        self._observe_judge(record, runs)
+        self._observe_verifier(record, runs)
         if record.positions:
             with self._lock:
                 self.acceptance.add(record.width, record.accepted, record.positions - record.accepted, forget,
@@ -149,7 +149,7 @@ class AdaptiveDepth:
         per_step = record.output_tokens / len(record.kept)
         return per_step * self.planner.round_steps(record.depth, min(self.acceptance.alpha_at(record.width), 0.999))
 
-    def _observe_judge(self, record: RoundRecord, runs: float) -> None:
+    def _observe_verifier(self, record: RoundRecord, runs: float) -> None:
         """Time the verifier by the pairs a model answered: pairs the exact-match fast path accepted cost
         nothing and say nothing of a judged pair, so a round that judged none is left out. Where the verifier
         is exact match alone, its rejections are "exact" too: that verifier is free, and such a round says so."""
@@ -157,10 +157,10 @@ class AdaptiveDepth:
         if all(verdict.method == exact and verdict.accept for verdict in judged):
             return
         answered = sum(verdict.method != exact for verdict in judged)
-        if self.mode == "async" and self.width == 1:  # one pair at a time: judge_s is the mean over the pairs
-            self.costs.observe_judge(1, record.judge_s * len(judged) / max(1, answered), runs)
+        if self.mode == "async" and self.width == 1:  # one pair at a time: verify_s is the mean over the pairs
+            self.costs.observe_verifier(1, record.verify_s * len(judged) / max(1, answered), runs)
         else:  # one fork of the pairs the fast path left
-            self.costs.observe_judge(max(1, answered), record.judge_s, runs)
+            self.costs.observe_verifier(max(1, answered), record.verify_s, runs)
 
     def cost_estimate(self) -> CostEstimate | None:
         estimate = self.costs.estimate(self.governor.runs)

@@ -75,9 +75,9 @@ class LookaheadService:
     async def start(self, prompt: str | list[dict], config: LookaheadConfig, model: str, on_step=None,
                     stop: list[str] | None = None) -> Job:
         """Wait for a slot (429 when none frees in time), then run the request on the request pool."""
-        return await self.runner.start(partial(self.run, prompt, config, model, on_step, stop or []))
+        return await self.runner.start(partial(self.answer, prompt, config, model, on_step, stop or []))
 
-    def run(self, prompt: str | list[dict], config: LookaheadConfig, model: str, on_step, stop: list[str],
+    def answer(self, prompt: str | list[dict], config: LookaheadConfig, model: str, on_step, stop: list[str],
             is_cancelled: Callable[[], bool], deadline: float) -> dict:
         """Blocking: render the prompt, run LR or AR, return text, finish reason, usage and statistics.
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from lookahead_reasoning.runtime.servers import offline_models
+from lookahead_reasoning.runtime.servers import offline_weights
 from lookahead_reasoning.runtime.servers.cpu_dtype import DtypeChoice, check_dtype, choose_cpu_dtype, cpu_flags
 from lookahead_reasoning.runtime.servers.endpoints import ROLES, Endpoint, Endpoints
 from lookahead_reasoning.runtime.servers.processes import (
@@ -195,7 +195,7 @@ class ServerGroup:
         self.router_args = shlex.split(router_args)
         self.starting = False  # True while start() runs: a signal then stops at once
         self.log = log
-        self.log_dir = log_dir or offline_models.cache_root().parent / "logs"
+        self.log_dir = log_dir or offline_weights.cache_root().parent / "logs"
         self.servers: list[ServerProcess] = []  # SGLang servers: alone, or replicas behind a router
         self.routers: list[ServerProcess] = []  # the routers this group started
         named = {"draft": draft, "target": target, "judge": judge or target}
@@ -309,7 +309,7 @@ class ServerGroup:
             if spec.router_url is not None:
                 lines.append(f"# {spec.name}: the router at {spec.router_url} (started elsewhere; nothing to start)")
                 continue
-            model_path = (str(offline_models.folder_of(spec.model)) if spec.model in offline_models.MODEL_NAMES
+            model_path = (str(offline_weights.folder_of(spec.model)) if spec.model in offline_weights.MODEL_NAMES
                           else resolve_path(spec.model))
             planned = ServerSpec(spec.model, spec.roles, spec.extra_args, spec.port or free_port(), model_path,
                                  replicas=spec.replicas, worker_ports=[p or free_port() for p in spec.worker_ports])
@@ -360,8 +360,8 @@ class ServerGroup:
             if spec.router_url is not None:
                 if not reachable(spec.router_url):
                     raise LookaheadError(f"cannot reach the {spec.name} router at {spec.router_url}")
-                if spec.model in offline_models.MODEL_NAMES:
-                    spec.chat_template = offline_models.chat_template_for(spec.model)
+                if spec.model in offline_weights.MODEL_NAMES:
+                    spec.chat_template = offline_weights.chat_template_for(spec.model)
 
     def start(self) -> Endpoints:
         """Check given routers, prepare offline models, start every server, then the routers; wait until all answer."""

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from lookahead_reasoning.runtime.servers import offline_models
+from lookahead_reasoning.runtime.servers import offline_weights
 
 from lookahead_reasoning.errors import LookaheadError
 
@@ -21,7 +21,7 @@ HF_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 def check_model(model: str) -> None:
     """Fail early, before anything is prepared or started, on a model that cannot be served."""
-    if model in offline_models.MODEL_NAMES:
+    if model in offline_weights.MODEL_NAMES:
         return
     path = Path(model).expanduser()
     if path.exists():
@@ -33,16 +33,16 @@ def check_model(model: str) -> None:
     if model.startswith(("/", ".", "~")) or os.sep in model:
         raise LookaheadError(f"model folder {model} does not exist")
     raise LookaheadError(
-        f"unknown model {model!r}: give a folder, a Hugging Face id, or one of {', '.join(offline_models.MODEL_NAMES)}"
+        f"unknown model {model!r}: give a folder, a Hugging Face id, or one of {', '.join(offline_weights.MODEL_NAMES)}"
     )
 
 
 def resolve_model(model: str, log: Callable[[str], None]) -> tuple[str, str | None]:
     """(model path for SGLang, frontend chat template name or None)."""
     check_model(model)
-    if model in offline_models.MODEL_NAMES:
+    if model in offline_weights.MODEL_NAMES:
         log(f"preparing offline model {model}")
-        return str(offline_models.prepare(model, log=log)), offline_models.chat_template_for(model)
+        return str(offline_weights.prepare(model, log=log)), offline_weights.chat_template_for(model)
     return resolve_path(model), None
 
 
@@ -62,7 +62,7 @@ def detect_device() -> str:
 
 
 def cpu_stub_dir() -> Path:
-    stub = offline_models.cache_root().parent / "cpu-stub"
+    stub = offline_weights.cache_root().parent / "cpu-stub"
     stub.mkdir(parents=True, exist_ok=True)
     module = stub / "common_ops.py"
     if not module.exists():
