@@ -54,7 +54,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from lookahead_reasoning.runtime.servers.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.servers.endpoints import ServerAddress, Endpoints
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.runtime.servers.processes import (
     UvicornThread, answers, dies_with_parent, free_port, stop_group, wait_until,
@@ -474,4 +474,4 @@ class SimCluster:
                 raise LookaheadError(f"simulated {role} server refused its settings: {res.text}")
 
     def endpoints(self) -> Endpoints:
-        return Endpoints(**{r: Endpoint(url=u, chat_template="chatml") for r, u in self.urls.items()})
+        return Endpoints(**{r: ServerAddress(url=u, chat_template="chatml") for r, u in self.urls.items()})

@@ -1,7 +1,8 @@
 """Lookahead Reasoning (arXiv 2506.19830) on SGLang.
 
 Subpackages: `programs` (SGLang frontend programs), `verifiers` (step equivalence),
-`runtime` (engines, launcher, CLI), `eval` (datasets, graders, reports).
+`runtime` (engines and policy; `runtime.servers`: launcher and connection; `runtime.serve`: the
+OpenAI-compatible frontend), `eval` (datasets, graders, reports), `cli` (the `lookahead` command).
 
 The names below are the Python API; they load on first use, since importing them
 imports SGLang.
@@ -14,7 +15,8 @@ _API = {
     "LookaheadConfig": "lookahead_reasoning.runtime.config",
     "SamplingConfig": "lookahead_reasoning.runtime.config",
     "Endpoints": "lookahead_reasoning.runtime.servers.endpoints",
-    "Endpoint": "lookahead_reasoning.runtime.servers.endpoints",
+    "ServerAddress": "lookahead_reasoning.runtime.servers.endpoints",
+    "Endpoint": "lookahead_reasoning.runtime.servers.endpoints",  # the old name of ServerAddress
     "ServerGroup": "lookahead_reasoning.runtime.servers.launcher",
     "LookaheadResult": "lookahead_reasoning.runtime.results",
     "LookaheadError": "lookahead_reasoning.errors",

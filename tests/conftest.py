@@ -48,9 +48,9 @@ class SimServers:
         return {"draft": self.draft, "target": self.target, "judge": self.judge}
 
     def endpoints(self, chat_template: str = "chatml"):
-        from lookahead_reasoning.runtime.servers.endpoints import Endpoint, Endpoints
+        from lookahead_reasoning.runtime.servers.endpoints import ServerAddress, Endpoints
 
-        return Endpoints(**{role: Endpoint(url=server.url, chat_template=chat_template)
+        return Endpoints(**{role: ServerAddress(url=server.url, chat_template=chat_template)
                             for role, server in self.by_role().items()})
 
     def heal(self) -> None:

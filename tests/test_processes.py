@@ -10,7 +10,7 @@ import pytest
 from cli_invoke import invoke, one_line_error
 
 from lookahead_reasoning.errors import LookaheadError
-from lookahead_reasoning.runtime.servers.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.servers.endpoints import ServerAddress, Endpoints
 from lookahead_reasoning.runtime.servers.launcher import stop_launcher
 from lookahead_reasoning.runtime.servers.processes import UvicornThread, free_port, port_in_use, process_start_time
 
@@ -77,7 +77,7 @@ def bystander():
 
 
 def _endpoints(**launcher) -> Endpoints:
-    url = Endpoint(url="http://127.0.0.1:9")
+    url = ServerAddress(url="http://127.0.0.1:9")
     return Endpoints(draft=url, target=url, judge=url, **launcher)
 
 

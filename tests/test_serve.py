@@ -13,7 +13,7 @@ import requests
 from lookahead_reasoning.eval.simserver import SimConfig, SimServerThread
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.servers.connection import Connection
-from lookahead_reasoning.runtime.servers.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.servers.endpoints import ServerAddress, Endpoints
 from lookahead_reasoning.runtime.servers.processes import UvicornThread, free_port
 from lookahead_reasoning.runtime.serve import ServeSettings, build_app
 from lookahead_reasoning.runtime.serve.health import CACHE_S
@@ -22,7 +22,7 @@ STEPS = 5
 
 
 def sim_endpoints(sims) -> Endpoints:
-    return Endpoints(**{r: Endpoint(url=s.url, chat_template="chatml") for r, s in sims.items()})
+    return Endpoints(**{r: ServerAddress(url=s.url, chat_template="chatml") for r, s in sims.items()})
 
 
 class Frontend(UvicornThread):

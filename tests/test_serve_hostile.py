@@ -19,7 +19,7 @@ from test_serve import STEPS, Frontend, make_sims, sim_endpoints
 
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.servers.connection import Connection, role_timeouts
-from lookahead_reasoning.runtime.servers.endpoints import Endpoint, Endpoints
+from lookahead_reasoning.runtime.servers.endpoints import ServerAddress, Endpoints
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.runtime.servers.processes import free_port, port_in_use
 from lookahead_reasoning.runtime.serve import ServeSettings, build_app
@@ -316,7 +316,7 @@ class AbortableTarget:
 def test_ar_requests_whose_clients_left_are_aborted_on_the_target(stream):
     target = AbortableTarget()
     with target.server:
-        endpoints = Endpoints(**{r: Endpoint(url=target.url, chat_template="chatml") for r in ("draft", "target", "judge")})
+        endpoints = Endpoints(**{r: ServerAddress(url=target.url, chat_template="chatml") for r in ("draft", "target", "judge")})
         config = LookaheadConfig(depth=2, max_tokens=300, request_timeout_s=30, verifier="exact")
         with Frontend(endpoints, ServeSettings(max_concurrent=10), config) as f:
             assert f.chat(model="target", max_tokens=20).status_code == 200  # one that stays: never aborted
@@ -424,8 +424,8 @@ def test_role_timeouts_are_shorter_than_the_target_and_split_shared_backends(ser
     config = LookaheadConfig(request_timeout_s=8)
     assert role_timeouts(config) == {"draft": 2, "target": 8, "judge": 2}
     assert role_timeouts(LookaheadConfig(draft_timeout_s=1, verifier_timeout_s=3))["judge"] == 3
-    shared = Endpoints(draft=Endpoint(url=servers["draft"].url), target=Endpoint(url=servers["target"].url),
-                       judge=Endpoint(url=servers["target"].url))
+    shared = Endpoints(draft=ServerAddress(url=servers["draft"].url), target=ServerAddress(url=servers["target"].url),
+                       judge=ServerAddress(url=servers["target"].url))
     backends = Connection(shared, config).backends
     assert backends["judge"] is not backends["target"] and backends["judge"].timeout_s == 2
     same = Connection(shared, config.model_copy(update={"verifier_timeout_s": 8.0})).backends

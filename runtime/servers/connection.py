@@ -5,7 +5,7 @@ from __future__ import annotations
 from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
 from lookahead_reasoning.programs.roles import SGLangStepModels
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.servers.endpoints import ROLES, Endpoint, Endpoints
+from lookahead_reasoning.runtime.servers.endpoints import ROLES, ServerAddress, Endpoints
 from lookahead_reasoning.runtime.servers.heap import freeze_startup_objects
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.verifiers.base import Verifier
@@ -38,7 +38,7 @@ class Connection:
         self.backends: dict[str, LookaheadEndpoint] = {}
         timeouts = role_timeouts(config)
         for role in ROLES:
-            spec: Endpoint = getattr(endpoints, role)
+            spec: ServerAddress = getattr(endpoints, role)
             key = (spec.url, spec.chat_template, timeouts[role])
             if key not in backends:
                 try:

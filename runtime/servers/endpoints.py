@@ -21,7 +21,10 @@ from lookahead_reasoning.errors import LookaheadError, validation_message
 ROLES = ("draft", "target", "judge")
 
 
-class Endpoint(BaseModel):
+class ServerAddress(BaseModel):
+    """Where one role is served (a URL and what the launcher knows of it); `LookaheadEndpoint` is the backend
+    that talks to it."""
+
     model_config = ConfigDict(extra="forbid")
 
     url: str
@@ -40,12 +43,15 @@ class Endpoint(BaseModel):
         return url.rstrip("/")
 
 
+Endpoint = ServerAddress  # the old name, kept for one release
+
+
 class Endpoints(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    draft: Endpoint
-    target: Endpoint
-    judge: Endpoint
+    draft: ServerAddress
+    target: ServerAddress
+    judge: ServerAddress
     launcher_pid: int | None = None
     launcher_started: int | None = None  # the launcher's start time (clock ticks since boot), checked by `stop`
     restarting: list[str] = []  # roles whose server the launcher is restarting (runs meanwhile degrade)
@@ -53,7 +59,7 @@ class Endpoints(BaseModel):
     @classmethod
     def from_urls(cls, draft: str, target: str, judge: str | None = None, chat_template: str | None = None):
         judge = judge or target
-        return cls(**{r: Endpoint(url=u, chat_template=chat_template) for r, u in zip(ROLES, (draft, target, judge))})
+        return cls(**{r: ServerAddress(url=u, chat_template=chat_template) for r, u in zip(ROLES, (draft, target, judge))})
 
 
 def default_endpoints_path() -> Path:

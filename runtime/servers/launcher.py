@@ -32,7 +32,7 @@ from typing import Callable
 
 from lookahead_reasoning.runtime.servers import offline_weights
 from lookahead_reasoning.runtime.servers.cpu_dtype import DtypeChoice, check_dtype, choose_cpu_dtype, cpu_flags
-from lookahead_reasoning.runtime.servers.endpoints import ROLES, Endpoint, Endpoints
+from lookahead_reasoning.runtime.servers.endpoints import ROLES, ServerAddress, Endpoints
 from lookahead_reasoning.runtime.servers.processes import (
     answers,
     dies_with_parent,
@@ -249,7 +249,7 @@ class ServerGroup:
     @staticmethod
     def _router_url(role: str, url: str) -> str:
         try:
-            return Endpoint(url=url).url
+            return ServerAddress(url=url).url
         except ValueError:
             raise LookaheadError(f"--{role}-router-url must be an http(s) URL, got {url!r}") from None
 
@@ -488,7 +488,7 @@ class ServerGroup:
         by_role = {role: spec for spec in self.specs for role in spec.roles}
         return Endpoints(
             **{
-                role: Endpoint(
+                role: ServerAddress(
                     url=self._front(spec),
                     chat_template=spec.chat_template,
                     model=spec.model,
