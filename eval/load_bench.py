@@ -44,6 +44,7 @@ from typing import Callable, Literal, Union
 from pydantic import BaseModel, Field, model_validator
 
 from lookahead_reasoning.eval.bench import questions
+from lookahead_reasoning.eval.loadtest import percentile
 from lookahead_reasoning.eval.report import markdown_table
 from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
 from lookahead_reasoning.runtime.config import LookaheadConfig
@@ -100,11 +101,6 @@ class LoadPoint(BaseModel):
     speedup_vs_ar: float
     throughput_vs_ar: float
     acceptance_rate: float | None = None
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 @dataclass
@@ -207,7 +203,7 @@ def _summary(slope: float, concurrency: int, engine: str, depth: Depth, runs: li
         slope=slope, concurrency=concurrency, engine=engine, depth=depth,
         tokens_per_s=statistics.median(run.tokens_per_s for run in runs),
         p50_s=statistics.median(run.p50 for run in runs),
-        p99_s=statistics.median(_percentile(run.latencies, 0.99) for run in runs),
+        p99_s=statistics.median(percentile(run.latencies, 0.99) for run in runs),
         speedup_vs_ar=statistics.median(ar.p50 / run.p50 for run, ar in zip(runs, ar_runs)),
         throughput_vs_ar=statistics.median(run.tokens_per_s / ar.tokens_per_s for run, ar in zip(runs, ar_runs)),
         acceptance_rate=accepted / judged if judged else None,

@@ -74,7 +74,7 @@ class NumbersGate:
     def verify(self, context: str, pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
         in_context = stated(context)  # read once per call: the context is long, the steps short
         verdicts: list[Verdict | None] = [
-            Verdict(False, None, GATE_METHOD) if _unknown(numbers_in(d), stated(t) + in_context) else None
+            Verdict(False, None, GATE_METHOD) if _unknown(new_numbers(t, d), in_context) else None
             for t, d in pairs
         ]
         return ask_for_the_rest(self.inner, context, pairs, verdicts)
