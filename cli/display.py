@@ -1,4 +1,4 @@
-"""How runs look on the terminal and in `--json`."""
+"""How answers and their rounds look on the terminal and in `--json`."""
 
 from __future__ import annotations
 

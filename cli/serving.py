@@ -1,4 +1,4 @@
-"""Serving commands: `lookahead launch`, `stop`, `serve` and `models prepare`."""
+"""Serving commands: `lookahead launch`, `stop`, `serve` and `weights prepare`."""
 
 from __future__ import annotations
 

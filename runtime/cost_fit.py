@@ -28,11 +28,11 @@ MIN_LOAD_SPREAD = 0.05  # the loads vary at least this much (std / mean of 1 + x
 MAX_ROWS = 4096  # rows kept at most; older ones, and those weighing under MIN_ROW_WEIGHT in both memories, go
 MIN_ROW_WEIGHT = 1e-9
 SAVED_ROWS = 512  # the most recent rows a saved state keeps
-SLOW_FORGET = 0.98  # per round of each run: the slow memory, which the time alone comes from where loads barely vary
+SLOW_FORGET = 0.98  # per round of each answer: the slow memory, which the time alone comes from where loads barely vary
 MAX_SLOPE_ERROR = 0.1  # the slope's standard error (in s) under which a fit over barely varying loads is trusted
 # outliers (see `TargetFit._inlier_weight`): a request whose time per token lies more than INLIER_SCALES typical
 # residuals from the fit counts (that / its residual)² as much; the typical residual is at least RESIDUAL_FLOOR of
-# the prediction, forgets RESIDUAL_FORGET per round of each run (faster than the fit, so that a change that lasts
+# the prediction, forgets RESIDUAL_FORGET per round of each answer (faster than the fit, so that a change that lasts
 # soon becomes typical), and each residual moves it by at most RESIDUAL_CLIP times itself
 INLIER_SCALES = 2.0
 RESIDUAL_FLOOR = 0.05
@@ -43,10 +43,10 @@ FIT_BEFORE_WEIGHTS = 10  # observations before the fit weighs them
 Fit = tuple[float | None, float | None, float]  # (t₁, u, o); None where the data cannot tell
 
 
-def per_run(forget: float, runs: float) -> float:
-    """One observation's discount of the past where `runs` runs share an estimate: `forget` per round of
-    each run, so that a memory spans the same rounds of every run at any concurrency."""
-    return forget ** (1.0 / max(1.0, runs))
+def per_answer(forget: float, answers: float) -> float:
+    """One observation's discount of the past where `answers` answers share an estimate: `forget` per round
+    of each answer, so that a memory spans the same rounds of every answer at any concurrency."""
+    return forget ** (1.0 / max(1.0, answers))
 
 
 class Average:
@@ -233,12 +233,12 @@ class TargetFit:
         return self._step_tokens.value
 
     def observe(self, x: float, tokens: float, seconds: float, server_seconds: float | None, steps: int,
-                runs: float) -> None:
+                answers: float) -> None:
         """A request of `tokens` tokens beside `x` others took `seconds` (`server_seconds` by the server's own
-        clock, where it says); `steps`: the steps it wrote; `runs`: the runs sharing the model."""
+        clock, where it says); `steps`: the steps it wrote; `answers`: the answers sharing the model."""
         y = (server_seconds or seconds) / tokens
-        forget, slow = per_run(self.forget, runs), per_run(SLOW_FORGET, runs)
-        weight = self._inlier_weight(x, tokens, y, server_seconds is not None, per_run(RESIDUAL_FORGET, runs))
+        forget, slow = per_answer(self.forget, answers), per_answer(SLOW_FORGET, answers)
+        weight = self._inlier_weight(x, tokens, y, server_seconds is not None, per_answer(RESIDUAL_FORGET, answers))
         if server_seconds is not None:
             self._client.add(max(0.0, seconds - server_seconds), forget)
         self._server_timed.add(float(server_seconds is not None), slow)
@@ -248,14 +248,14 @@ class TargetFit:
         if steps == 1:
             self._step_tokens.add(tokens, forget)
         self.observations += 1
-        self._refit(runs)
+        self._refit(answers)
 
     def _inlier_weight(self, x: float, tokens: float, y: float, server_timed: bool, forget: float) -> float:
         """The weight of a request's time per token `y` in the fit: 1 within INLIER_SCALES typical residuals of
         what the fit predicts at its load, (that limit / its residual)² beyond; and its residual moves the typical
         one. A stall (the server held up for a moment) slows every request in flight at once, and more of them
         are in flight than usual, so at full weight it reads as a slope. A change that lasts is followed all
-        the same, a round or two of each run later: each residual moves the typical one by up to RESIDUAL_CLIP
+        the same, a round or two of each answer later: each residual moves the typical one by up to RESIDUAL_CLIP
         times it."""
         if self.observations < FIT_BEFORE_WEIGHTS:
             return 1.0
@@ -279,13 +279,13 @@ class TargetFit:
             self._fitted = t1, per_request, overhead + (self._client.value or 0.0)
         return self._fitted
 
-    def _refit(self, runs: float) -> None:
+    def _refit(self, answers: float) -> None:
         """Solve the fit after a target observation, and remember the slope s where these data measured it."""
         t1, per_request, overhead, measured = self._least_squares()
         self._fitted = t1, per_request, overhead + (self._client.value or 0.0)
         tokens = self._step_tokens.value
         if measured and t1 is not None and per_request is not None and tokens:
-            self._measured_slope.add(per_request * tokens / (overhead + tokens * t1), per_run(SLOW_FORGET, runs))
+            self._measured_slope.add(per_request * tokens / (overhead + tokens * t1), per_answer(SLOW_FORGET, answers))
 
     def _least_squares(self) -> tuple[float | None, float | None, float, bool]:
         """(t₁, u, o, whether these data measured u), by the rules of the module docstring: the recent fit
@@ -318,7 +318,7 @@ class TargetFit:
 
     def _slope_measured(self, sample: Sample, tokens: float) -> bool:
         """Whether the slope can be fitted from `sample`: its loads varied enough, or, where they barely did
-        (many runs always in flight), the times were steady enough that the slope's standard error is under
+        (many answers always in flight), the times were steady enough that the slope's standard error is under
         MAX_SLOPE_ERROR and it does not fall with the load. The error assumes noise independent of the load:
         only where the recent requests were all timed by the server (a client slows with its load)."""
         if sample.load_spread:

@@ -3,16 +3,17 @@
 The target: a request of L tokens beside x other requests in flight takes T = o + L·(t₁ + u·x): a fixed
 cost o (HTTP, scheduling, the last step's prefill), a time per token alone t₁, and u, what each other
 request adds per token (0 where a batch costs one request, about t₁ where it does not). A step of the mean
-length L̄ alone takes S = o + L̄·t₁, and the slope is s = u·L̄/S. When C runs share the servers, a fork of n
-branches costs B(n) = (S + L̄·u·(C·n − 1)) / (S + L̄·u·(C − 1)) target steps at that load: 1 + s(n − 1) for
-one run. A fork ends with its longest branch: its token term is E[the longest of n step lengths], from what
-the target's branches wrote (step_lengths.py), so even free branches cost more than a step where steps vary
-in length. The draft: c, its seconds per step (fixed cost included) over the target's step at that load. The
-verifier: j(n), its seconds per round of one pair over that step, times B(n).
+length L̄ alone takes S = o + L̄·t₁, and the slope is s = u·L̄/S. When C answers share the servers, a fork
+of n branches costs B(n) = (S + L̄·u·(C·n − 1)) / (S + L̄·u·(C − 1)) target steps at that load: 1 + s(n − 1)
+for one answer. A fork ends with its longest branch: its token term is E[the longest of n step lengths], from
+what the target's branches wrote (step_lengths.py), so even free branches cost more than a step where steps
+vary in length. The draft: c, its seconds per step (fixed cost included) over the target's step at that load.
+The verifier: j(n), its seconds per round of one pair over that step, times B(n).
 
 Rules (cost_fit.py holds the least squares itself):
-- Every estimate forgets at `forget` per round of each run: where C runs share the model, an observation
-  discounts the past by forget^(1/C) (`per_run`), so that the memory spans the same rounds at any load.
+- Every estimate forgets at `forget` per round of each answer: where C answers share the model, an
+  observation discounts the past by forget^(1/C) (`per_answer`), so that the memory spans the same rounds
+  at any load.
 - Where the server reports its own time for a request, that is what is fitted; the client's share (its time
   less the server's) is a separate mean added to o, since a client short of CPU slows with its load.
 - o is fitted only where the lengths vary enough to tell it from t₁ and u.
@@ -22,9 +23,9 @@ Rules (cost_fit.py holds the least squares itself):
   was, it is linear (s = 1): the safe side until a fork probe measures it.
 - A request far from what the fit predicts counts less (cost_fit.py): a stall of the server is not a slope.
 
-One model may be shared by concurrent runs (`lookahead serve`): it is thread-safe. It is saved per server set
-(`save_costs`, `load_costs`), so the next run against the same servers starts from what the last learned; a
-saved state that does not fit is ignored.
+One model may be shared by concurrent answers (`lookahead serve`): it is thread-safe. It is saved per
+server set (`save_costs`, `load_costs`), so the next run against the same servers starts from what the last
+learned; a saved state that does not fit is ignored.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ from pathlib import Path
 from pydantic import AliasChoices, BaseModel, Field, computed_field
 
 from lookahead_reasoning.files import cache_dir, write_atomically
-from lookahead_reasoning.runtime.cost_fit import MAX_SLOPE, Average, Fit, TargetFit, per_run
+from lookahead_reasoning.runtime.cost_fit import MAX_SLOPE, Average, Fit, TargetFit, per_answer
 from lookahead_reasoning.runtime.step_lengths import StepLengths
 
-__all__ = ["MAX_SLOPE", "CostEstimate", "CostModel", "load_costs", "per_run", "save_costs"]
+__all__ = ["MAX_SLOPE", "CostEstimate", "CostModel", "load_costs", "per_answer", "save_costs"]
 
 KEEP_SERVER_SETS = 20  # server sets whose costs the cache file keeps
 
@@ -52,7 +53,7 @@ class CostEstimate(BaseModel):
     branch_cost: dict[int, float] = {}  # B(n) for a few widths n, at `concurrency`
     fork_cost: dict[int, float] = {}  # the same with the fork's longest branch: what a round's fork costs
     branch_slope: float | None = None  # s: a mean step's extra time per extra concurrent request, over its time alone
-    concurrency: float = 1.0  # runs sharing the servers when the estimate was made
+    concurrency: float = 1.0  # answers sharing the servers when the estimate was made
     c: float | None = None  # the draft's time per step over the target's, at `concurrency`
     # the verifier's seconds for one pair (a fork of n pairs costs B(n) times this)
     verify_s_per_round: float | None = Field(
@@ -66,7 +67,7 @@ class CostEstimate(BaseModel):
     width_speedups: dict[int, float] = {}  # with --width W > 1: the best expected speedup at each width
     expected_speedup: float | None = None  # over AR, by the theory with these costs at the plan's α (depth.py)
     measured_gain: float | None = None  # tokens/s of the rounds that drafted over that of AR rounds, measured
-    draft_slots: int | None = None  # how many of the runs sharing the policy may be in a drafting round at once
+    draft_slots: int | None = None  # how many of the answers sharing the policy may be in a drafting round at once
     client_cores: float | None = None  # the CPU the client process used over the last second, in cores (depth.py)
 
     @computed_field
@@ -114,29 +115,30 @@ class CostModel:
     # -- observations ---------------------------------------------------------------
     def observe_target(
         self, branches: int, seconds: float, longest_tokens: int, others: float = 0.0, steps: int = 1,
-        runs: float = 1.0, server_seconds: float | None = None,
+        answers: float = 1.0, server_seconds: float | None = None,
     ) -> None:
         """A fork of `branches` target requests took `seconds`, its longest branch wrote `longest_tokens`,
-        while about `others` more target requests were in flight on average (other runs', or the fork's
+        while about `others` more target requests were in flight on average (other answers', or the fork's
         branches that were shorter than the longest, for the share of its tokens they ran beside it).
         `steps` > 1: a request that wrote that many steps at once (an AR stretch): its time per token
-        counts, but not its length as a step's. `runs`: the runs sharing the model (forgetting is per run's round).
+        counts, but not its length as a step's. `answers`: the answers sharing the model (forgetting is per
+        round of each answer).
         `server_seconds`: the same as the server timed it, where it says; then the fit is of the server's
         time, and the client's share (`seconds` less it) is a fixed cost of its own."""
         if branches < 1 or seconds <= 0 or longest_tokens < 1:
             return
         timed = server_seconds if server_seconds is not None and 0 < server_seconds else None
         with self._lock:
-            self._target.observe(branches - 1 + max(0.0, others), float(longest_tokens), seconds, timed, steps, runs)
+            self._target.observe(branches - 1 + max(0.0, others), float(longest_tokens), seconds, timed, steps, answers)
             self.version += 1
 
-    def observe_draft(self, seconds: float, steps: int, runs: float = 1.0) -> None:
+    def observe_draft(self, seconds: float, steps: int, answers: float = 1.0) -> None:
         """The draft wrote `steps` steps (one request each) in `seconds`. Priced per step, not per token: a
         draft request's fixed cost is most of a short step's time (a step that finishes one capped by the
         token limit can be a token long)."""
         if seconds > 0 and steps > 0:
             with self._lock:
-                self._draft_step.add(seconds / steps, per_run(self.forget, runs), weight=steps)
+                self._draft_step.add(seconds / steps, per_answer(self.forget, answers), weight=steps)
                 self.version += 1
 
     def observe_step_lengths(self, tokens: list[int]) -> None:
@@ -147,10 +149,10 @@ class CostModel:
                     self._lengths.add(n)
                 self.version += 1
 
-    def observe_verifier(self, pairs: int, seconds: float, runs: float = 1.0) -> None:
+    def observe_verifier(self, pairs: int, seconds: float, answers: float = 1.0) -> None:
         if pairs > 0 and seconds > 0:
             with self._lock:
-                self._judge.add(seconds / self._branch_cost(pairs, 1), per_run(self.forget, runs))
+                self._judge.add(seconds / self._branch_cost(pairs, 1), per_answer(self.forget, answers))
                 self.version += 1
 
     # -- estimates ------------------------------------------------------------------
@@ -184,8 +186,8 @@ class CostModel:
         return forked / alone if alone and forked else 1.0
 
     def branch_cost(self, n: int, concurrency: float = 1.0) -> float:
-        """B(n) when `concurrency` runs share the servers: n branches of one length over one (1 where nothing is
-        known); what `lookahead servers probe` measures."""
+        """B(n) when `concurrency` answers share the servers: n branches of one length over one (1 where
+        nothing is known); what `lookahead servers probe` measures."""
         with self._lock:
             return self._branch_cost(n, concurrency)
 
@@ -225,8 +227,8 @@ class CostModel:
         return judge / step if step and judge is not None else None
 
     def c(self, concurrency: float = 1.0) -> float | None:
-        """The draft's time per step over the target's (a step of the mean length) while `concurrency` runs
-        share the servers."""
+        """The draft's time per step over the target's (a step of the mean length) while `concurrency`
+        answers share the servers."""
         with self._lock:
             return self._c(concurrency)
 

@@ -1,11 +1,11 @@
-"""How many steps to draft each round: a fixed γ, or γ chosen from what the runs measure.
+"""How many steps to draft each round: a fixed γ, or γ chosen from what the rounds measure.
 
 `FixedDepth` drafts γ at width W every round. `AdaptiveDepth` (runtime/policy/) picks, each round, the γ
 (0: plain AR) and W with the highest expected speedup under the costs it learns (cost_model.py: the
 target alone, B(n) for forks, the draft's c and the verifier's j) and its acceptance estimate α̂, over AR as
 it runs here. Around that plan it spaces the rounds that measure what the plan cannot see (probes and AR
 checks), writes AR rounds as stretches of several steps, lets the measured rates of drafting and AR rounds
-overrule the model, and rations drafting across the concurrent runs that share it. Each part states its
+overrule the model, and rations drafting across the concurrent answers that share it. Each part states its
 rule in its own module.
 """
 
@@ -31,10 +31,10 @@ class FixedDepth:
         self.width = width
         self.target_load = TargetLoad()
 
-    def run_started(self) -> None:
+    def answer_started(self) -> None:
         pass
 
-    def run_finished(self) -> None:
+    def answer_finished(self) -> None:
         pass
 
     def next_round(self, seconds_left: float | None = None, first: bool = False) -> RoundPlan:

@@ -24,8 +24,8 @@ token cap included, lives in acceptance.py; both engines feed it position by pos
 Statistics are gathered by a RunMetrics (stats.py) that observes requests and rounds.
 
 Faults degrade toward the target: a failing draft server or verifier turns drafting
-off for the rest of the run, and the run goes on with target steps only (the answer
-stays correct, only slower). A failing target server ends the run with ServerFailure.
+off for the rest of the answer, and it goes on with target steps only (the answer
+stays correct, only slower). A failing target server ends the answer with ServerFailure.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ class Engine:
         self.on_step = on_step  # called with every kept step as soon as it is kept (streaming)
         self.deadline = deadline  # time.monotonic() after which no new round starts
         self.is_cancelled = is_cancelled  # when it says so, no new round starts either
-        # what the adaptive policy learns (α, c, j) carries over from run to run
+        # what the adaptive policy learns (α, c, j) carries over from answer to answer
         self.policy = policy or make_depth_policy(config, self.mode)
 
     def answer(self, question: str) -> LookaheadResult:
@@ -182,13 +182,13 @@ class Engine:
     def continue_from(self, prompt: str) -> LookaheadResult:
         """Reason on from `prompt` (already in the target's chat template) until EOS or the token cap."""
         state = _AnswerState(prompt)
-        self.policy.run_started()
+        self.policy.answer_started()
         try:
             self._loop(state, self.policy)
         finally:
-            # requests of discarded speculation may still be in flight when the run ends: don't wait for them
+            # requests of discarded speculation may still be in flight when the answer ends: don't wait for them
             state.pool.shutdown(wait=False, cancel_futures=True)
-            self.policy.run_finished()
+            self.policy.answer_finished()
         return state.result(self.policy.cost_estimate())
 
     def _loop(self, state: _AnswerState, policy: DepthPolicy) -> None:
@@ -212,7 +212,7 @@ class Engine:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise TimeLimitExceeded("the request exceeded its time limit")
         if self.is_cancelled is not None and self.is_cancelled():
-            raise Cancelled("the run was cancelled")
+            raise Cancelled("the answer was cancelled")
 
     def announce(self, step: StepRecord) -> None:
         if self.on_step is not None:
@@ -222,7 +222,7 @@ class Engine:
         return max(1, min(self.config.max_step_tokens, self.config.max_tokens - state.metrics.output_tokens))
 
     def _walk(self, state: _AnswerState) -> AcceptanceWalk:
-        """The acceptance walk of the run's next round; kept steps are announced as they are kept."""
+        """The acceptance walk of the answer's next round; kept steps are announced as they are kept."""
         return AcceptanceWalk(len(state.log), self.config.max_tokens - state.metrics.output_tokens, self.announce)
 
     def _draft(self, prefix: str, plan: RoundPlan, cap: int) -> DraftTree:

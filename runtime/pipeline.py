@@ -33,7 +33,7 @@ class ChainPipeline:
     def __init__(self, models, pool: ThreadPoolExecutor, prefix: str, depth: int, cap: int, load: TargetLoad):
         self.models = models
         self.pool = pool
-        self.load = load  # the policy's TargetLoad: other runs' measurements see these requests
+        self.load = load  # the policy's TargetLoad: other answers' measurements see these requests
         self.prefix = prefix
         self.depth = depth
         self.cap = cap

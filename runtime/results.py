@@ -42,7 +42,7 @@ class RoundRecord(BaseModel):
     draft_s: float  # time spent drafting this round's window (overlapped with the previous round when async)
     target_s: float
     # the same as the target server timed it (the longest of its requests, SGLang's e2e_latency; None where a
-    # server did not say): without the client's own time, which grows with the runs that share its CPU
+    # server did not say): without the client's own time, which grows with the answers that share its CPU
     target_server_s: float | None = None
     verify_s: float = Field(validation_alias=AliasChoices("verify_s", "judge_s"))  # the verifier's time
     wall_s: float
@@ -54,7 +54,7 @@ class RoundRecord(BaseModel):
     target_tokens: int = 0  # completion tokens of the round's longest target branch
     target_tokens_all: int = 0  # completion tokens of all its target branches (a fork probe's included)
     output_tokens: int = 0  # tokens of the steps it kept
-    target_others: float | None = None  # other runs' target requests in flight, on average, during its fork
+    target_others: float | None = None  # other answers' target requests in flight, on average, during its fork
     draft_tokens: int = 0  # completion tokens drafted for this round (one candidate per level for trees)
     draft_steps: int = 0  # draft requests one after another (a tree's levels)
     branch_tokens: list[int] = []  # tokens each target branch wrote: a sample of the target's step lengths

@@ -1,4 +1,5 @@
-"""Scripted rounds for the adaptive policy's tests: records of rounds on servers of a given B(n), and runs in threads."""
+"""Scripted rounds for the adaptive policy's tests: records of rounds on servers of a given B(n), and answers
+in threads."""
 
 import queue
 import threading
@@ -18,7 +19,7 @@ T = 0.05  # seconds per target token alone
 def round_record(depth, accepted, positions, *, branch_cost, c=0.1, verify_s=0.0, probe=0, stretch=0, width=1):
     """A sync round of γ = depth on servers where a fork of n branches costs branch_cost(n) steps
     (`probe`: the tokens of a fork probe's short second branch beside an AR round's step; `stretch`:
-    the tokens of an AR round that wrote several steps in one request); never a run's first round, which
+    the tokens of an AR round that wrote several steps in one request); never an answer's first round, which
     is not timed."""
     branches = tree_branches(depth, width) if depth else 1
     tokens = stretch or TOKENS
@@ -71,11 +72,11 @@ def timed(depth, seconds_per_token, stretch=0):
 
 
 @contextmanager
-def runs_in_threads(policy, runs):
-    """`runs` threads that stay alive (as runs of `lookahead serve` do, so that each keeps its identity); yields
-    ask(i, finish=False, first=False): the next round's plan of run i (`first`: its first round), asked for from
-    its thread; `finish`: that run then ends."""
-    requests = [queue.Queue() for _ in range(runs)]
+def answers_in_threads(policy, answers):
+    """`answers` threads that stay alive (as the answers of `lookahead serve` do, so that each keeps its
+    identity); yields ask(i, finish=False, first=False): the next round's plan of answer i (`first`: its first
+    round), asked for from its thread; `finish`: that answer then ends."""
+    requests = [queue.Queue() for _ in range(answers)]
     replies = queue.Queue()
 
     def run(i):
@@ -83,13 +84,13 @@ def runs_in_threads(policy, runs):
             first, finish = asked
             replies.put(policy.next_round(first=first))
             if finish:
-                policy.run_finished()
+                policy.answer_finished()
 
     def ask(i, finish=False, first=False):
         requests[i].put((first, finish))
         return replies.get(timeout=10)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(runs)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(answers)]
     for thread in threads:
         thread.start()
     try:
@@ -100,13 +101,13 @@ def runs_in_threads(policy, runs):
             thread.join()
 
 
-def shared_policy(runs):
-    """A policy that learned from one run that branches are free, now shared by `runs` runs, with drafting's
-    measured gain forgotten (what the servers cost is known, whether drafting pays among these runs not)."""
+def shared_policy(answers):
+    """A policy that learned from one answer that branches are free, now shared by `answers` answers, with drafting's
+    measured gain forgotten (what the servers cost is known, whether drafting pays among these answers not)."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     learn(policy, lambda n: 1.0)
-    policy.run_finished()
+    policy.answer_finished()
     policy.rates = MeasuredRates()
-    for _ in range(runs):
-        policy.run_started()
+    for _ in range(answers):
+        policy.answer_started()
     return policy

@@ -7,7 +7,7 @@ import pytest
 
 from lookahead_reasoning.runtime.client_cpu import MIN_SPAN_S, WINDOW_S, ClientCpu
 from lookahead_reasoning.runtime.policy.governor import CLIENT_CORES_TO_NARROW, CLIENT_CORES_TO_WIDEN
-from scripted_rounds import T, runs_in_threads, shared_policy, timed
+from scripted_rounds import T, answers_in_threads, shared_policy, timed
 
 
 class ScriptedClocks:
@@ -60,11 +60,11 @@ def test_the_meter_reads_a_busy_process_busy_and_an_idle_one_idle():
     assert idle.cores() < 0.2
 
 
-def _policy_with_meter(runs, cores):
+def _policy_with_meter(answers, cores):
     """A shared policy (scripted_rounds.shared_policy) whose client meter reads `cores["now"]` busy: each
     observed round lets 0.1 s pass at that load."""
     clocks = ScriptedClocks()
-    policy = shared_policy(runs)
+    policy = shared_policy(answers)
     policy.governor.client_cpu = ClientCpu(cpu_clock=lambda: clocks.cpu, wall_clock=lambda: clocks.wall)
 
     def observe(record):
@@ -75,7 +75,7 @@ def _policy_with_meter(runs, cores):
 
 
 def _draft_rounds(policy, observe, ask, rounds):
-    """`rounds` drafting rounds twice as fast as AR rounds, each followed by every run's next plan; the slots
+    """`rounds` drafting rounds twice as fast as AR rounds, each followed by every answer's next plan; the slots
     after each."""
     seen = []
     for _ in range(rounds):
@@ -90,11 +90,11 @@ def _draft_rounds(policy, observe, ask, rounds):
     ((CLIENT_CORES_TO_WIDEN + CLIENT_CORES_TO_NARROW) / 2, [1, 1, 1, 1, 1, 1]),  # busy: no wider
 ])
 def test_a_busy_client_holds_the_drafting_slots_where_they_are(cores, slots):
-    """16 runs, drafting rounds twice as fast as AR rounds: the slots double with each drafting round begun
+    """16 answers, drafting rounds twice as fast as AR rounds: the slots double with each drafting round begun
     with every slot taken while the client has CPU to spare, and stay where they are once it is busy (a
-    busy client slows every run, while the drafting rounds still read faster than AR rounds)."""
+    busy client slows every answer, while the drafting rounds still read faster than AR rounds)."""
     policy, observe = _policy_with_meter(16, {"now": cores})
-    with runs_in_threads(policy, 16) as ask:
+    with answers_in_threads(policy, 16) as ask:
         [ask(i) for i in range(16)]
         for _ in range(2):
             observe(timed(0, T))
@@ -102,12 +102,12 @@ def test_a_busy_client_holds_the_drafting_slots_where_they_are(cores, slots):
 
 
 @contextmanager
-def _every_run_drafting_on_a_client_out_of_cpu():
-    """16 runs, every one drafting (the slots widened with CPU to spare), and then the client's meter reads
+def _every_answer_drafting_on_a_client_out_of_cpu():
+    """16 answers, every one drafting (the slots widened with CPU to spare), and then the client's meter reads
     0.95 of a core: yields (policy, observe, ask, load), where `load["now"]` sets the client's CPU."""
     load = {"now": 0.1}
     policy, observe = _policy_with_meter(16, load)
-    with runs_in_threads(policy, 16) as ask:
+    with answers_in_threads(policy, 16) as ask:
         [ask(i) for i in range(16)]
         for _ in range(2):
             observe(timed(0, T))
@@ -119,9 +119,9 @@ def _every_run_drafting_on_a_client_out_of_cpu():
 
 
 def test_a_client_out_of_cpu_halves_the_drafting_slots_whatever_the_rates_say():
-    """Every run drafts, the rounds still read twice as fast as AR's, and the client runs out of CPU: each
+    """Every answer drafts, the rounds still read twice as fast as AR's, and the client runs out of CPU: each
     drafting round halves the slots, down to one; with CPU to spare again, they widen again."""
-    with _every_run_drafting_on_a_client_out_of_cpu() as (policy, observe, ask, load):
+    with _every_answer_drafting_on_a_client_out_of_cpu() as (policy, observe, ask, load):
         assert _draft_rounds(policy, observe, ask, 5) == [8, 4, 2, 1, 1]
         load["now"] = 0.1
         for _ in range(int(WINDOW_S / 0.1)):
@@ -130,10 +130,10 @@ def test_a_client_out_of_cpu_halves_the_drafting_slots_whatever_the_rates_say():
 
 
 def test_rounds_begun_before_the_slots_changed_do_not_change_them_again():
-    """Every run drafts and the client runs out of CPU: the rounds in flight end one after another, and the
+    """Every answer drafts and the client runs out of CPU: the rounds in flight end one after another, and the
     first halves the slots; the others began before that and leave them (were each to halve them, one busy
     reading would take 16 slots to 1 within 0.1 s). The next round begun after the change halves them again."""
-    with _every_run_drafting_on_a_client_out_of_cpu() as (policy, observe, ask, _):
+    with _every_answer_drafting_on_a_client_out_of_cpu() as (policy, observe, ask, _):
         in_flight = [timed(3, T / 2) for _ in range(16)]  # begun before any of them ends
         for record in in_flight:
             observe(record)

@@ -12,16 +12,17 @@ def test_estimates_from_scripted_timings():
     per_token = lambda active: 0.05 * (1 + 0.7 * (active - 1))  # noqa: E731  t₁ = 0.05 s, s = 0.7
     model.observe_target(1, 20 * per_token(1), 20)  # a lone step
     model.observe_target(3, 20 * per_token(3), 20)  # a fork of 3
-    model.observe_target(1, 20 * per_token(5), 20, others=4)  # a lone step while other runs had 4 in flight
+    model.observe_target(1, 20 * per_token(5), 20, others=4)  # a lone step while other answers had 4 in flight
     model.observe_draft(0.76, 2)  # two steps of 0.38 s (a target step: 1 s): c = 0.38
     model.observe_verifier(2, 0.5)
     assert model.branch_cost(1) == pytest.approx(1.0)
-    assert model.branch_cost(3) == pytest.approx(1 + 0.7 * 2)  # one run: B(n) = 1 + s(n - 1)
+    assert model.branch_cost(3) == pytest.approx(1 + 0.7 * 2)  # one answer: B(n) = 1 + s(n - 1)
     assert model.branch_cost(3, concurrency=4) == pytest.approx((1 + 0.7 * 11) / (1 + 0.7 * 3))  # t(C·n) / t(C)
     assert model.c() == pytest.approx(0.38)
     # j(n) = judge seconds per round / one target step (20 tokens × 0.05 s = 1 s); a judge fork of 2 pairs cost B(2)
     assert model.judge_cost(4) == pytest.approx(0.5 / model.branch_cost(2) * model.branch_cost(4))
-    # under 4 runs, in target steps at that load (AR's step there, which B(n) is relative to): 1 + 0.7·3 times as long
+    # under 4 answers, in target steps at that load (AR's step there, which B(n) is relative to):
+    # 1 + 0.7·3 times as long
     assert model.c(concurrency=4) == pytest.approx(0.38 / (1 + 0.7 * 3))
     assert model.judge_cost(1, concurrency=4) == pytest.approx(model.judge_cost(1) / (1 + 0.7 * 3))
     assert model.estimate(concurrency=4).c == pytest.approx(0.38 / (1 + 0.7 * 3))
@@ -63,9 +64,9 @@ def test_under_load_branches_stop_being_free():
     assert model.branch_cost(3, concurrency=64) == pytest.approx(1.0)
     slow = CostModel()
     slow.observe_target(1, 1.0, 20)
-    slow.observe_target(3, 1.5, 20)  # s = 0.25: cheap for one run...
+    slow.observe_target(3, 1.5, 20)  # s = 0.25: cheap for one answer...
     assert slow.branch_cost(3) == pytest.approx(1.5)
-    assert slow.branch_cost(3, concurrency=64) > 2.9  # ...but at 64 concurrent runs nearly linear
+    assert slow.branch_cost(3, concurrency=64) > 2.9  # ...but at 64 concurrent answers nearly linear
 
 
 def test_estimates_forget_so_they_follow_a_change_in_load():
@@ -79,53 +80,53 @@ def test_estimates_forget_so_they_follow_a_change_in_load():
     assert model.branch_cost(3) > 2.8
 
 
-def test_with_many_runs_sharing_the_model_forgetting_is_per_run_round():
-    """64 runs share the model: the memory spans a few rounds of each run, so one request of each run
+def test_with_many_answers_sharing_the_model_forgetting_is_per_answer_round():
+    """64 answers share the model: the memory spans a few rounds of each answer, so one request of each answer
     at a new cost moves the estimate by a few rounds' worth, not all the way (per observation, 0.8 would
-    keep less than a round of each run)."""
+    keep less than a round of each answer)."""
     shared, alone = CostModel(forget=0.8), CostModel(forget=0.8)
     for _ in range(64 * 5):
-        shared.observe_target(1, 1.0, 20, runs=64)  # 0.05 s per token
+        shared.observe_target(1, 1.0, 20, answers=64)  # 0.05 s per token
         alone.observe_target(1, 1.0, 20)
-    for _ in range(64):  # a burst: every run's next request 8 % slower (within the fit's inliers: full weight)
-        shared.observe_target(1, 1.08, 20, runs=64)
+    for _ in range(64):  # a burst: every answer's next request 8 % slower (within the fit's inliers: full weight)
+        shared.observe_target(1, 1.08, 20, answers=64)
         alone.observe_target(1, 1.08, 20)
     assert alone.estimate().target_s_per_token == pytest.approx(0.054, rel=1e-3)  # swamped by the burst
     assert shared.estimate().target_s_per_token == pytest.approx(0.05 + 0.004 * 0.2 / (1 - 0.8**6), abs=1e-4)
 
 
-def _sixteen_runs(model: CostModel, rng: random.Random, observations: int, per_token: float = 0.005,
+def _sixteen_answers(model: CostModel, rng: random.Random, observations: int, per_token: float = 0.005,
                   slope: float = 0.0, noise: float = 0.02) -> None:
-    """Requests of 16 runs, `per_token` seconds a token alone, times (1 + `slope` × the others in flight): one, two
-    or eight steps beside 10 to 30 others (runs drafting and not), timed by the server to within `noise`, with 3 ms
+    """Requests of 16 answers, `per_token` seconds a token alone, times (1 + `slope` × the others in flight): one, two
+    or eight steps beside 10 to 30 others (answers drafting and not), timed by the server to within `noise`, with 3 ms
     more in the client."""
     for _ in range(observations):
         tokens, others = rng.choice([17, 34, 136]), rng.uniform(10, 30)
         server = per_token * tokens * (1 + slope * others) * rng.uniform(1 - noise, 1 + noise)
-        model.observe_target(1, server + 0.003, tokens, others, runs=16, server_seconds=server)
+        model.observe_target(1, server + 0.003, tokens, others, answers=16, server_seconds=server)
 
 
 def test_a_stall_of_the_server_does_not_read_as_a_slope():
     """A moment's stall slows every request in flight, and more are in flight at a higher load (they pile up):
-    16 runs drafting at slope 0, and requests beside 38 to 48 others take 2.5 times their time per token for a
+    16 answers drafting at slope 0, and requests beside 38 to 48 others take 2.5 times their time per token for a
     moment. At full weight the fit would price B(2) at 1.64 here."""
     model, rng = CostModel(), random.Random(0)
-    _sixteen_runs(model, rng, 200)
+    _sixteen_answers(model, rng, 200)
     for others in (38, 40, 42, 44, 46, 48):
-        model.observe_target(1, 0.216, 17, others, runs=16, server_seconds=0.213)
+        model.observe_target(1, 0.216, 17, others, answers=16, server_seconds=0.213)
     assert model.branch_cost(2, 16) < 1.05
 
 
-def test_a_change_that_lasts_is_followed_within_a_few_rounds_of_each_run():
+def test_a_change_that_lasts_is_followed_within_a_few_rounds_of_each_answer():
     """Outliers count against the typical residual, which each residual moves: a server that stays 2.5 times
-    slower (other tenants' requests) is in the fit within eight rounds of each of 16 runs, about as an
+    slower (other tenants' requests) is in the fit within eight rounds of each of 16 answers, about as an
     unweighted fit would be (11.1 ms a token against 11.3: the fit's own memory), and one whose branches stop
     being free (a slope of 1 from then on) within ten more."""
     model, rng = CostModel(), random.Random(0)
-    _sixteen_runs(model, rng, 200)
-    _sixteen_runs(model, rng, 16 * 8, per_token=0.0125)
+    _sixteen_answers(model, rng, 200)
+    _sixteen_answers(model, rng, 16 * 8, per_token=0.0125)
     assert model.estimate(16).target_s_per_token > 0.010
-    _sixteen_runs(model, rng, 16 * 10, per_token=0.0125, slope=1.0)
+    _sixteen_answers(model, rng, 16 * 10, per_token=0.0125, slope=1.0)
     assert model.branch_cost(2, 16) == pytest.approx(31 / 16, rel=0.05)
 
 
@@ -178,7 +179,7 @@ def test_lengths_that_vary_at_one_load_still_fit_a_fixed_cost_beside_a_short_pro
 
 
 def _at_one_high_load(model, rounds=4):
-    """64 runs on a linear server (t₁ = 5 ms): every request beside 62 to 66 others, the client's noise in
+    """64 answers on a linear server (t₁ = 5 ms): every request beside 62 to 66 others, the client's noise in
     timing them larger than what the load's spread adds (as in `bench --load`)."""
     for _ in range(rounds):
         for others, noise in ((62, 1.04), (64, 1.0), (66, 0.96), (63, 1.03), (65, 0.98)):
@@ -194,8 +195,8 @@ def test_requests_all_at_one_high_load_read_the_slope_as_linear():
     assert model.branch_cost(2, concurrency=64) == pytest.approx(2.0, abs=0.02)
 
 
-def _four_runs_always_in_flight(model, slope, noise):
-    """Four runs that stay at AR on a server timing its own requests (t₁ = 5 ms, o = 5 ms): every request
+def _four_answers_always_in_flight(model, slope, noise):
+    """Four answers that stay at AR on a server timing its own requests (t₁ = 5 ms, o = 5 ms): every request
     beside about 3 others, lone steps, 8-step stretches, and fork probes whose 4-token branch adds a quarter of
     a request beside a step; `noise`: each request's time off by up to this share, drawn independently."""
     draws = random.Random(3)
@@ -203,7 +204,7 @@ def _four_runs_always_in_flight(model, slope, noise):
     for tokens, others in rounds:
         server_s = (0.005 + tokens * 0.005 * (1 + slope * others)) * (1 + noise * draws.uniform(-1, 1))
         model.observe_target(1, server_s + 0.004, tokens, others=others, steps=max(1, tokens // 16),
-                             runs=4, server_seconds=server_s)
+                             answers=4, server_seconds=server_s)
     return model.estimate(4)
 
 
@@ -212,7 +213,7 @@ def test_steady_server_times_tell_the_slope_where_the_load_barely_varies(slope, 
     """Loads of 2.9 to 3.25 others vary too little for a client's timings, whose noise may line up with the
     load (the tests above). The server's own times are steady enough: their slope's standard error is small,
     and the fit stands; where they scatter (20 %), it cannot tell, and the slope reads linear, the safe side."""
-    estimate = _four_runs_always_in_flight(CostModel(), slope, noise)
+    estimate = _four_answers_always_in_flight(CostModel(), slope, noise)
     assert low <= estimate.branch_slope <= high  # linear: 0.9 of a step that includes the client's 4 ms
 
 
@@ -225,8 +226,8 @@ def test_at_one_high_load_the_time_alone_comes_from_the_lighter_load_seen_before
     assert model.branch_cost(2, concurrency=64) == pytest.approx(2.0, abs=0.05)
 
 
-def test_one_runs_stretches_long_after_a_probe_keep_the_probes_slope():
-    """One run while AR wins on a linear server: a probe, then many AR stretches alone with a little noise.
+def test_one_answers_stretches_long_after_a_probe_keep_the_probes_slope():
+    """One answer while AR wins on a linear server: a probe, then many AR stretches alone with a little noise.
     The fast fit's load is then a faded probe's (x̄ ≈ 0.004); the slope from its level over that load
     would be noise divided by almost nothing (0 or the bound, a flip of the decision). It stays the probe's."""
     model = CostModel()

@@ -61,7 +61,7 @@ def test_target_load_is_the_other_requests_in_flight_on_average():
 
     load = TargetLoad()
     mark = load.started(2)  # our fork of two branches
-    other = load.started(1)  # another run's request, in flight for about half of our fork's time
+    other = load.started(1)  # another answer's request, in flight for about half of our fork's time
     time.sleep(0.1)
     assert load.finished(1, other) == pytest.approx(2.0, abs=0.01)  # it saw our two all along
     time.sleep(0.1)

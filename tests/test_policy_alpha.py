@@ -1,4 +1,4 @@
-"""α̂ per width (runtime/policy/alpha.py): a long memory that restarts on a change, shared by concurrent runs."""
+"""α̂ per width (runtime/policy/alpha.py): a long memory that restarts on a change, shared by concurrent answers."""
 
 import random
 import statistics
@@ -30,7 +30,7 @@ def _chain_rounds(rng, alpha, count, depth=4):
 
 
 def test_alpha_rests_on_a_long_memory_while_acceptance_holds():
-    """One run at α = 0.7: a memory forgetting 0.9 a round reads α̂ from about 25 positions, and its estimates
+    """One answer at α = 0.7: a memory forgetting 0.9 a round reads α̂ from about 25 positions, and its estimates
     stray by about ±0.09; the long memory's by under half of that."""
     rng = random.Random(7)
     rounds = _chain_rounds(rng, 0.7, 600)
@@ -58,13 +58,13 @@ def test_alpha_follows_a_change_of_acceptance_within_a_few_rounds():
     assert estimates[-1] < 0.5 and _tally_after(rounds, slow_forget=0.99, forget=0.99)[-1] > 0.75
 
 
-def test_a_burst_of_every_runs_last_round_does_not_swamp_the_shared_alpha():
-    """16 runs at α = 0.5, then every run's last round, all accepted up to the end (no rejection to
-    see): α̂ moves by about one round of each run; forgetting per round of any run forgot the rest."""
-    def policy_after_burst(runs: int) -> float:
+def test_a_burst_of_every_answers_last_round_does_not_swamp_the_shared_alpha():
+    """16 answers at α = 0.5, then every answer's last round, all accepted up to the end (no rejection to
+    see): α̂ moves by about one round of each answer; forgetting per round of any answer forgot the rest."""
+    def policy_after_burst(answers: int) -> float:
         policy = AdaptiveDepth("sync", initial=2, max_depth=8)
-        for _ in range(runs):
-            policy.run_started()
+        for _ in range(answers):
+            policy.answer_started()
         for _ in range(10 * 16):
             policy.observe(round_record(2, 1, 2, branch_cost=lambda n: 1.0))  # half the positions accepted
         for _ in range(16):

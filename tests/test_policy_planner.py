@@ -103,7 +103,7 @@ def test_policy_picks_trees_where_they_pay_and_chains_where_they_do_not():
 def test_the_plan_leans_toward_drafting_while_few_positions_are_judged():
     """Free branches, c = j = ¼. One draft accepted of three (α̂ 0.38): α̂ plans AR, one standard error up
     it drafts, so the plan drafts one step, which judges more positions; the same α̂ over 200 positions is
-    known well enough: AR (so a few unlucky verdicts at the start do not hold every run at AR)."""
+    known well enough: AR (so a few unlucky verdicts at the start do not hold every answer at AR)."""
     def policy_with(accepted, rejected):
         costs = fitted_costs()
         step = costs.estimate().step_tokens * T
@@ -163,7 +163,7 @@ def test_the_planner_plans_from_the_estimates_it_is_given():
     from lookahead_reasoning.runtime.policy.planner import Estimates, Plan, Planner
 
     def estimates(costs, gain=None):
-        return Estimates(costs, runs=1, alpha_at=lambda width, optimistic=False: 0.9, ar_step=1.0, gain=gain)
+        return Estimates(costs, answers=1, alpha_at=lambda width, optimistic=False: 0.9, ar_step=1.0, gain=gain)
 
     sync, chain = Planner("sync", width=1, initial=3, max_depth=8), Planner("async", width=1, initial=3, max_depth=8)
     costs = CostModel()

@@ -6,7 +6,7 @@ from lookahead_reasoning.runtime.depth import AdaptiveDepth, RoundPlan
 from lookahead_reasoning.runtime.policy.probes import PROBE_BACKOFF, PROBE_BUDGET, PROBE_SHARE, PROBE_SPACING
 from lookahead_reasoning.runtime.policy.stretches import AR_STRETCH_STEPS
 from lookahead_reasoning.runtime.theory import engine_speedup
-from scripted_rounds import TOKENS, T, learn, round_record, runs_in_threads, shared_policy
+from scripted_rounds import TOKENS, T, answers_in_threads, learn, round_record, shared_policy
 
 
 def test_the_cold_start_times_the_target_alone_then_forks_a_probe_then_measures_the_draft():
@@ -25,8 +25,8 @@ def test_the_cold_start_times_the_target_alone_then_forks_a_probe_then_measures_
 
 
 @pytest.mark.parametrize("fork_probe", [True, False])
-def test_a_runs_first_round_is_never_a_probe(fork_probe):
-    """A run's first round is not timed (it prefills the prompt): a probe due there comes in the next round,
+def test_an_answers_first_round_is_never_a_probe(fork_probe):
+    """An answer's first round is not timed (it prefills the prompt): a probe due there comes in the next round,
     after a lone step (requests that each are one AR stretch met every drafted probe at a first round)."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     branch_cost = float if fork_probe else (lambda n: 1.0 + 0.6 * (n - 1))  # drafted probes: branches could pay
@@ -38,26 +38,26 @@ def test_a_runs_first_round_is_never_a_probe(fork_probe):
             break
         policy.observe(round_record(0, 0, 0, branch_cost=branch_cost, stretch=plan.stretch_tokens))
     assert plan.probe_tokens or plan.depth
-    policy.probes.ar_steps = policy.probe_spacing()  # the probe is due again, and the next round is a run's first
+    policy.probes.ar_steps = policy.probe_spacing()  # the probe is due again, and the next round is an answer's first
     assert policy.next_round(first=True) == RoundPlan(0)  # a lone step
     plans = [policy.next_round() for _ in range(2)]
     assert any(p.probe_tokens or p.depth for p in plans)  # then the probe (a fork probe after its lone step)
 
 
-def test_one_run_at_a_time_puts_a_due_probe_off_at_its_first_round():
-    """Many runs starting while a probe is due: one writes a lone step and probes next; the first rounds of
+def test_one_answer_at_a_time_puts_a_due_probe_off_at_its_first_round():
+    """Many answers starting while a probe is due: one writes a lone step and probes next; the first rounds of
     the others run on as AR stretches (all 64 of them wrote a lone step first)."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     learn(policy, float, rounds=60)  # a linear server: AR, with fork probes
-    policy.run_finished()
+    policy.answer_finished()
     for _ in range(3):
-        policy.run_started()
+        policy.answer_started()
     policy.probes.ar_steps = policy.probe_spacing()  # a probe is due
-    with runs_in_threads(policy, 3) as ask:
+    with answers_in_threads(policy, 3) as ask:
         firsts = [ask(i, first=True) for i in range(3)]
         assert firsts[0] == RoundPlan(0) and all(p.stretch_tokens for p in firsts[1:])
-        ask(0, finish=True)  # the run that put it off ends after its lone step
-        assert ask(1, first=True) == RoundPlan(0)  # so the next run's first round may put it off
+        ask(0, finish=True)  # the answer that put it off ends after its lone step
+        assert ask(1, first=True) == RoundPlan(0)  # so the next answer's first round may put it off
         assert ask(1).probe_tokens  # and probes next (a fork probe: the lone step before it is written)
 
 
@@ -77,9 +77,9 @@ def test_while_drafting_wins_ar_checks_keep_the_target_alone_measured_within_the
     assert (1 - 1 / speedup) / spacing <= PROBE_BUDGET
 
 
-def test_an_ar_check_due_at_a_runs_first_round_comes_in_its_next_round():
-    """A run's first round is not timed: an AR check there would measure nothing and cost a round, a large
-    share of a short run."""
+def test_an_ar_check_due_at_an_answers_first_round_comes_in_its_next_round():
+    """An answer's first round is not timed: an AR check there would measure nothing and cost a round, a large
+    share of a short answer."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     learn(policy, lambda n: 1.0)
     policy.probes.drafting_rounds = policy.check_spacing(policy.cost_estimate().expected_speedup)  # a check is due
@@ -162,9 +162,9 @@ def test_probes_that_keep_finding_ar_are_spaced_further_and_drafting_resets_the_
     assert policy.probe_spacing() == policy.probes.budget_spacing(policy.estimates(), fork=False)  # the budget's
 
 
-def test_probes_owed_by_runs_that_ended_their_stretches_together_are_not_lost():
-    """16 runs end stretches at about one time and one takes the probe: the count keeps what it held beyond
-    the probe's spacing, up to one probe owed by each other run. A run alone starts the count again."""
+def test_probes_owed_by_answers_that_ended_their_stretches_together_are_not_lost():
+    """16 answers end stretches at about one time and one takes the probe: the count keeps what it held beyond
+    the probe's spacing, up to one probe owed by each other answer. An answer alone starts the count again."""
     policy = shared_policy(16)
     spacing = policy.probe_spacing()
     policy.probes.ar_steps = 3 * spacing

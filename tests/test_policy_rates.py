@@ -92,8 +92,8 @@ def _slow_drafting_verdict(policy):
     assert policy.cost_estimate().planned_depth == 0
 
 
-def test_after_slow_drafting_rounds_one_fast_probe_of_a_run_alone_renews_the_measured_rate():
-    """Tens of drafting rounds that measured slow (under load) must not keep one run at AR through probe after
+def test_after_slow_drafting_rounds_one_fast_probe_of_an_answer_alone_renews_the_measured_rate():
+    """Tens of drafting rounds that measured slow (under load) must not keep one answer at AR through probe after
     probe once drafting is fast again: a drafted probe after AR rounds outweighs them (else `lookahead
     serve` stays at AR long after the load has gone)."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
@@ -119,15 +119,15 @@ def test_after_slow_drafting_rounds_one_fast_probe_of_a_run_alone_renews_the_mea
     assert policy.cost_estimate().planned_depth == 0
 
 
-def test_with_other_runs_in_flight_a_probe_adds_to_the_drafting_rate():
-    """A probe among 16 runs at AR is a lone drafted round, which gets more than its share of the server and
-    reads fast: it adds to the rate like any round (were it to renew the rate, all 16 runs would draft
+def test_with_other_answers_in_flight_a_probe_adds_to_the_drafting_rate():
+    """A probe among 16 answers at AR is a lone drafted round, which gets more than its share of the server and
+    reads fast: it adds to the rate like any round (were it to renew the rate, all 16 answers would draft
     after each probe)."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     _slow_drafting_verdict(policy)
     for _ in range(16):
-        policy.run_started()
-    for _ in range(3 * 16):  # three AR stretches of each run
+        policy.answer_started()
+    for _ in range(3 * 16):  # three AR stretches of each answer
         policy.observe(timed(0, T, stretch=AR_STRETCH_STEPS * TOKENS))
     policy.observe(timed(3, T / 1.5))
     assert policy.cost_estimate().planned_depth == 0
@@ -137,24 +137,24 @@ def test_the_gain_needs_two_timed_rounds_of_each_kind():
     rates = MeasuredRates()
     for _ in range(2):
         assert rates.gain() is None
-        rates.add("ar", 20, 1.0, 0.9, runs=1)
-        rates.add("draft", 40, 1.0, 0.9, runs=1)
+        rates.add("ar", 20, 1.0, 0.9, answers=1)
+        rates.add("draft", 40, 1.0, 0.9, answers=1)
     assert rates.gain() == pytest.approx(2.0)  # aging scales a rate's tokens and seconds alike
 
 
-@pytest.mark.parametrize("runs", [1, 2])
-def test_a_run_alone_renews_an_aged_drafting_rate_with_its_next_drafting_round(runs):
+@pytest.mark.parametrize("answers", [1, 2])
+def test_an_answer_alone_renews_an_aged_drafting_rate_with_its_next_drafting_round(answers):
     """Drafting measured at half AR's rate, then ten AR rounds (the drafting rate ages below STALE_RENEW), then a
-    drafting round at twice AR's rate. A run alone: what the rate held counts half that round's time, so the gain
-    reads (5 + 40) / (0.5 + 1) tokens a second over AR's 20: 1.5. Among other runs it adds like any round."""
+    drafting round at twice AR's rate. An answer alone: what the rate held counts half that round's time, so the gain
+    reads (5 + 40) / (0.5 + 1) tokens a second over AR's 20: 1.5. Among other answers it adds like any round."""
     rates = MeasuredRates()
     for _ in range(2):
-        rates.add("draft", 10, 1.0, 0.9, runs)
-        rates.add("ar", 20, 1.0, 0.9, runs)
+        rates.add("draft", 10, 1.0, 0.9, answers)
+        rates.add("ar", 20, 1.0, 0.9, answers)
     for _ in range(10):
-        rates.add("ar", 20, 1.0, 0.9, runs)
-    rates.add("draft", 40, 1.0, 0.9, runs)
-    if runs == 1:
+        rates.add("ar", 20, 1.0, 0.9, answers)
+    rates.add("draft", 40, 1.0, 0.9, answers)
+    if answers == 1:
         assert rates.gain() == pytest.approx(1.5)
     else:
         assert 1.0 < rates.gain() < 1.3

@@ -22,14 +22,14 @@ def test_while_ar_wins_ar_rounds_write_several_steps_in_one_request():
     assert stretches and max(stretches) == min(AR_STRETCH_STEPS, int(AR_STRETCH_SECONDS / (TOKENS * T)))
     assert max(stretches) < policy.probe_spacing()
     # never cut short to meet a probe's turn (the probe comes a little late): a request's fixed cost for a
-    # few steps, and under many runs sharing the count, every run's stretch would be cut near the turn
+    # few steps, and under many answers sharing the count, every answer's stretch would be cut near the turn
     assert set(stretches) == {max(stretches)}
     assert all(p.stretch_tokens == 0 for p in plans if p.probe_tokens)  # a probe round is one step
     assert policy.costs.estimate().step_tokens == pytest.approx(TOKENS)
 
 
 def test_where_a_request_costs_as_much_as_a_step_ar_stretches_grow_to_keep_that_cost_small():
-    """A client short of CPU (many runs): every request pays about a step's time before its tokens. Eight
+    """A client short of CPU (many answers): every request pays about a step's time before its tokens. Eight
     steps per stretch would spend 11 % of the time on that; the stretch grows until it is 2 %."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     learn(policy, float, rounds=40)  # AR wins; requests have no fixed cost yet
@@ -43,7 +43,7 @@ def test_where_a_request_costs_as_much_as_a_step_ar_stretches_grow_to_keep_that_
     step_s = estimate.step_tokens * estimate.target_s_per_token
     assert estimate.request_overhead_s / (estimate.request_overhead_s + steps * step_s) <= 0.02 + 1e-9
     assert steps * step_s <= AR_STRETCH_SECONDS + 1e-9
-    # a run the drafting slots left out asks again sooner: the fewest steps that keep o within 4 %
+    # an answer the drafting slots left out asks again sooner: the fewest steps that keep o within 4 %
     rationed = stretch(policy.costs, rationed=True)[0]
     share = lambda k: estimate.request_overhead_s / (estimate.request_overhead_s + k * step_s)  # noqa: E731
     assert rationed < steps and share(rationed) <= RATIONED_OVERHEAD < share(rationed - 1)

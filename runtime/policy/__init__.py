@@ -4,9 +4,9 @@
 - probes.py: fork probes, drafted probes and AR checks, and their spacing
 - stretches.py: how many steps an AR round writes in one request
 - rates.py: the measured tokens per second of drafting against AR rounds
-- governor.py: how many concurrent runs may draft at once (the rates, the client's CPU)
+- governor.py: how many concurrent answers may draft at once (the rates, the client's CPU)
 - alpha.py: α̂ per width
-- target_load.py: the target requests in flight across the runs
+- target_load.py: the target requests in flight across the answers
 - round_plan.py: RoundPlan and the DepthPolicy protocol
 - adaptive.py: AdaptiveDepth, these parts put together
 """

@@ -2,8 +2,8 @@
 
 Each round: the planner proposes (γ, W) from the cost model and α̂; the probe schedule may make it an AR
 check, a probe, or an AR stretch; the drafting slots may turn a drafting plan into AR. Each timed round
-feeds the cost model, the measured rates, the slots and α̂. One policy may serve concurrent runs (`lookahead
-serve`): every part is read and changed under one lock, and forgetting is per round of each run.
+feeds the cost model, the measured rates, the slots and α̂. One policy may serve concurrent answers
+(`lookahead serve`): every part is read and changed under one lock, and forgetting is per round of each answer.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import threading
 
 from lookahead_reasoning.runtime.client_cpu import ClientCpu
-from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel, per_run
+from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel, per_answer
 from lookahead_reasoning.runtime.policy.alpha import ALPHA_SLOW_FORGET, Acceptance
 from lookahead_reasoning.runtime.policy.governor import GAIN_TO_WIDEN, DraftSlots
 from lookahead_reasoning.runtime.policy.planner import Estimates, Planner
@@ -30,16 +30,16 @@ class AdaptiveDepth:
         self, mode: str, initial: int, max_depth: int, width: int = 1, forget: float = 0.9,
         costs: CostModel | None = None, max_nodes: int | None = None, client_cpu: ClientCpu | None = None,
     ):
-        self.forget = forget  # per round of each run: α̂'s short memory and the measured rates
+        self.forget = forget  # per round of each answer: α̂'s short memory and the measured rates
         self.costs = costs or CostModel()
         self.planner = Planner(mode, width, initial, max_depth, max_nodes)
         self.probes = ProbeSchedule(self.planner)
         self.acceptance = Acceptance()
         self.rates = MeasuredRates()
         self.governor = DraftSlots(client_cpu)
-        self.target_load = TargetLoad()  # the target requests in flight across the runs
+        self.target_load = TargetLoad()  # the target requests in flight across the answers
         # draft once (γ = 1) even where the branches alone rule lookahead out, to measure c, j and α for a
-        # report (`lookahead demo`); runs that only want the answer fast leave this off
+        # report (`lookahead demo`); callers that only want the answer fast leave this off
         self.measure_drafting = False
         self._lock = threading.Lock()
 
@@ -55,15 +55,15 @@ class AdaptiveDepth:
     def draft_slots(self) -> int:
         return self.governor.slots
 
-    def run_started(self) -> None:
+    def answer_started(self) -> None:
         with self._lock:
-            self.governor.run_started()
+            self.governor.answer_started()
 
-    def run_finished(self) -> None:
+    def answer_finished(self) -> None:
         with self._lock:
-            run = threading.get_ident()
-            self.governor.run_finished(run)
-            self.probes.release(run)
+            answer = threading.get_ident()
+            self.governor.answer_finished(answer)
+            self.probes.release(answer)
 
     def alpha_at(self, width: int, optimistic: bool = False) -> float:
         return self.acceptance.alpha_at(width, optimistic)
@@ -77,9 +77,9 @@ class AdaptiveDepth:
 
     def estimates(self) -> Estimates:
         """What the planner plans from now."""
-        runs = self.governor.runs
-        return Estimates(self.costs, runs, self.acceptance.alpha_at, ar_step(self.costs, runs), self.rates.gain(),
-                         self.measure_drafting)
+        answers = self.governor.answers
+        return Estimates(self.costs, answers, self.acceptance.alpha_at, ar_step(self.costs, answers),
+                         self.rates.gain(), self.measure_drafting)
 
     def width_speedups(self) -> dict[int, float]:
         return self.planner.width_speedups(self.estimates())
@@ -98,30 +98,30 @@ class AdaptiveDepth:
             return RoundPlan(depth or 1, width)
 
     def next_round(self, seconds_left: float | None = None, first: bool = False) -> RoundPlan:
-        """The next round of the run of this thread; `seconds_left` (a deadline) caps an AR stretch to what fits
-        at the target's speed; `first`: the run's first round, which is not timed."""
+        """The next round of the answer of this thread; `seconds_left` (a deadline) caps an AR stretch to what
+        fits at the target's speed; `first`: the answer's first round, which is not timed."""
         with self._lock:
-            run = threading.get_ident()
-            self.probes.release(run)
+            answer = threading.get_ident()
+            self.probes.release(answer)
             e = self.estimates()
-            plan = self.probes.next_round(e, self.planner.plan(e), first, run,
+            plan = self.probes.next_round(e, self.planner.plan(e), first, answer,
                                           lambda: RoundPlan(0, stretch_tokens=stretch(self.costs, seconds_left)[1]))
-            if self.governor.admit(run, drafts=plan.depth > 0):
+            if self.governor.admit(answer, drafts=plan.depth > 0):
                 return plan
             # the slots are taken: AR, a short stretch where the rates say drafting pays (the slots widen soon)
             rationed = e.gain is not None and e.gain >= GAIN_TO_WIDEN
             return RoundPlan(0, stretch_tokens=stretch(self.costs, seconds_left, rationed)[1])
 
     def observe(self, record: RoundRecord) -> None:
-        runs = float(self.governor.runs)
-        forget = per_run(self.forget, runs)
-        if record.index and record.target_tokens:  # a run's first round is not timed (it prefills the prompt)
+        answers = float(self.governor.answers)
+        forget = per_answer(self.forget, answers)
+        if record.index and record.target_tokens:  # an answer's first round is not timed (it prefills the prompt)
             others = record.target_others or 0.0  # measured while the round's requests were in flight
             if record.target_tokens_all:  # a branch shorter than the longest ran beside it for part of its time
                 others += (record.target_tokens_all - record.target_tokens) / record.target_tokens
             self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps,
-                                      runs=runs, server_seconds=record.target_server_s)
-        self.costs.observe_draft(record.draft_s, record.draft_steps, runs)
+                                      answers=answers, server_seconds=record.target_server_s)
+        self.costs.observe_draft(record.draft_s, record.draft_steps, answers)
         self.costs.observe_step_lengths(record.branch_tokens)
         with self._lock:
             if not record.depth and not record.probe_tokens:
@@ -131,14 +131,14 @@ class AdaptiveDepth:
             if timed and not (record.probe_tokens or record.measuring):
                 self.governor.sample_client()
                 kind = "draft" if record.depth else "ar"
-                self.rates.add(kind, self._counted_tokens(record), record.wall_s, forget, runs)
+                self.rates.add(kind, self._counted_tokens(record), record.wall_s, forget, answers)
                 if record.depth:
                     self.governor.drafting_round_timed(record.started, self.rates.gain())
-        self._observe_verifier(record, runs)
+        self._observe_verifier(record, answers)
         if record.positions:
             with self._lock:
                 self.acceptance.add(record.width, record.accepted, record.positions - record.accepted, forget,
-                                    per_run(ALPHA_SLOW_FORGET, runs))
+                                    per_answer(ALPHA_SLOW_FORGET, answers))
 
     def _counted_tokens(self, record: RoundRecord) -> float:
         """The tokens a timed round counts in the measured rates: for a drafting round of a forking engine
@@ -149,7 +149,7 @@ class AdaptiveDepth:
         per_step = record.output_tokens / len(record.kept)
         return per_step * self.planner.round_steps(record.depth, min(self.acceptance.alpha_at(record.width), 0.999))
 
-    def _observe_verifier(self, record: RoundRecord, runs: float) -> None:
+    def _observe_verifier(self, record: RoundRecord, answers: float) -> None:
         """Time the verifier by the pairs a model answered: pairs the exact-match fast path accepted cost
         nothing and say nothing of a judged pair, so a round that judged none is left out. Where the verifier
         is exact match alone, its rejections are "exact" too: that verifier is free, and such a round says so."""
@@ -158,12 +158,12 @@ class AdaptiveDepth:
             return
         answered = sum(verdict.method != exact for verdict in judged)
         if self.mode == "async" and self.width == 1:  # one pair at a time: verify_s is the mean over the pairs
-            self.costs.observe_verifier(1, record.verify_s * len(judged) / max(1, answered), runs)
+            self.costs.observe_verifier(1, record.verify_s * len(judged) / max(1, answered), answers)
         else:  # one fork of the pairs the fast path left
-            self.costs.observe_verifier(max(1, answered), record.verify_s, runs)
+            self.costs.observe_verifier(max(1, answered), record.verify_s, answers)
 
     def cost_estimate(self) -> CostEstimate | None:
-        estimate = self.costs.estimate(self.governor.runs)
+        estimate = self.costs.estimate(self.governor.answers)
         with self._lock:
             e = self.estimates()
             depth, width, speedup = self.planner.plan(e)

@@ -1,7 +1,7 @@
 """α̂, the per-position acceptance the policy plans with, per draft width.
 
 Rule: α̂ at a width is the Beta(½, ½) posterior mean of the positions judged there, over a long memory
-(`ALPHA_SLOW_FORGET` per round of each run) that restarts from a short one (the policy's own forgetting)
+(`ALPHA_SLOW_FORGET` per round of each answer) that restarts from a short one (the policy's own forgetting)
 when the two disagree by more than `ALPHA_SHIFT_Z` standard errors. Why: a short memory rests on a few tens
 of positions and strays by about ±0.1, enough to plan the wrong γ; the restart still follows a change of
 acceptance (another kind of problem) within a few rounds. A width never run gets its α from the width
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-ALPHA_SLOW_FORGET = 0.99  # per round of each run: α̂'s long memory, kept while recent rounds agree with it
+ALPHA_SLOW_FORGET = 0.99  # per round of each answer: α̂'s long memory, kept while recent rounds agree with it
 ALPHA_SHIFT_Z = 3.0  # recent rounds this many standard errors away from it: acceptance changed, the memory restarts
 
 

@@ -1,18 +1,19 @@
-"""The drafting slots: how many of the runs that share a policy may be in a drafting round at once.
+"""The drafting slots: how many of the answers that share a policy may be in a drafting round at once.
 
-Rule: at most `slots` runs draft at once; a run whose plan would draft beyond that writes AR instead. The
-slots start at one run. After each timed drafting round they double (up to the runs in flight) where the
-measured rates say drafting gains at least GAIN_TO_WIDEN, the round began with every slot taken, and the
-client process uses under CLIENT_CORES_TO_WIDEN of a core; they halve where drafting gains under
-GAIN_TO_DRAFT or the client uses over CLIENT_CORES_TO_NARROW. Only a round begun after the last change
-changes them again.
+Rule: at most `slots` answers draft at once; an answer whose plan would draft beyond that writes AR
+instead. The slots start at one answer. After each timed drafting round they double (up to the answers in
+flight) where the measured rates say drafting gains at least GAIN_TO_WIDEN, the round began with every slot
+taken, and the client process uses under CLIENT_CORES_TO_WIDEN of a core; they halve where drafting gains
+under GAIN_TO_DRAFT or the client uses over CLIENT_CORES_TO_NARROW. Only a round begun after the last
+change changes them again.
 
-Why: every run drafting at once before one drafting round was timed can run a client out of CPU; a few
-runs drafting among many at AR read faster than all of them drafting would, so the share grows step by
-step and only on rounds that saw it full. The rates measure what a round costs its own run, not the runs
-beside it, and on one client every request costs the client's CPU: one core is what its interpreter lock
-lets its Python threads use, whatever the machine has, so the slots follow the client's CPU too. Rounds
-in flight end together; were each to halve the slots, one reading would take them from many to one.
+Why: every answer drafting at once before one drafting round was timed can run a client out of CPU; a few
+answers drafting among many at AR read faster than all of them drafting would, so the share grows step by
+step and only on rounds that saw it full. The rates measure what a round costs its own answer, not the
+answers beside it, and on one client every request costs the client's CPU: one core is what its
+interpreter lock lets its Python threads use, whatever the machine has, so the slots follow the client's
+CPU too. Rounds in flight end together; were each to halve the slots, one reading would take them from many
+to one.
 """
 
 from __future__ import annotations
@@ -23,44 +24,44 @@ import time
 from lookahead_reasoning.runtime.client_cpu import ClientCpu
 from lookahead_reasoning.runtime.policy.rates import GAIN_TO_DRAFT
 
-GAIN_TO_WIDEN = 1.06  # drafting rounds measured at least this fast against AR rounds: twice the runs may draft at once
+GAIN_TO_WIDEN = 1.06  # drafting rounds measured at least this fast against AR: twice the answers may draft at once
 CLIENT_CORES_TO_WIDEN = 0.8  # the client's CPU (cores) under which the drafting slots may widen...
 CLIENT_CORES_TO_NARROW = 0.9  # ...and over which they halve
 
 
 class DraftSlots:
-    """The runs in flight and which of them draft; not thread-safe (the policy holds its lock). A run is
-    told apart by its thread: the engines plan a run's rounds in the caller's thread."""
+    """The answers in flight and which of them draft; not thread-safe (the policy holds its lock). An answer
+    is told apart by its thread: the engines plan an answer's rounds in the caller's thread."""
 
     def __init__(self, client_cpu: ClientCpu | None = None) -> None:
         self.client_cpu = client_cpu  # how busy the client process is (None: not watched)
-        self.active_runs = 0  # runs in flight that share the policy
+        self.active_answers = 0  # answers in flight that share the policy
         self.slots = 1
-        self._drafting: set[int] = set()  # the threads of the runs whose round in flight drafts
+        self._drafting: set[int] = set()  # the threads of the answers whose round in flight drafts
         self._filled = math.inf  # time.perf_counter() when every slot was taken since they last changed
         self._changed = -math.inf  # time.perf_counter() when they last changed
 
     @property
-    def runs(self) -> int:
-        """The runs sharing the policy, at least one."""
-        return max(1, self.active_runs)
+    def answers(self) -> int:
+        """The answers sharing the policy, at least one."""
+        return max(1, self.active_answers)
 
-    def run_started(self) -> None:
-        self.active_runs += 1
+    def answer_started(self) -> None:
+        self.active_answers += 1
 
-    def run_finished(self, run: int) -> None:
-        self.active_runs = max(0, self.active_runs - 1)
-        self._drafting.discard(run)
+    def answer_finished(self, answer: int) -> None:
+        self.active_answers = max(0, self.active_answers - 1)
+        self._drafting.discard(answer)
 
-    def admit(self, run: int, drafts: bool) -> bool:
-        """Run `run`'s next round, which `drafts` or not, begins: whether it may run as planned (False: its
-        plan drafts and every slot is taken)."""
-        self._drafting.discard(run)
+    def admit(self, answer: int, drafts: bool) -> bool:
+        """The next round of `answer`, which `drafts` or not, begins: whether it may run as planned (False:
+        its plan drafts and every slot is taken)."""
+        self._drafting.discard(answer)
         if not drafts:
             return True
         if len(self._drafting) >= self.slots:
             return False
-        self._drafting.add(run)
+        self._drafting.add(answer)
         if len(self._drafting) >= self.slots:
             self._filled = min(self._filled, time.perf_counter())
         return True
@@ -82,7 +83,7 @@ class DraftSlots:
         if gain < GAIN_TO_DRAFT or (cores is not None and cores > CLIENT_CORES_TO_NARROW):
             self.slots = max(1, slots // 2)
         elif gain >= GAIN_TO_WIDEN and started >= self._filled and (cores or 0.0) < CLIENT_CORES_TO_WIDEN:
-            self.slots = max(slots, min(2 * slots, self.runs))
+            self.slots = max(slots, min(2 * slots, self.answers))
         if self.slots != slots:
-            self._filled = math.inf  # until the new number of runs draft at once
+            self._filled = math.inf  # until the new number of answers draft at once
             self._changed = time.perf_counter()

@@ -11,7 +11,7 @@ Rules, in order:
 4. Else the (γ, W) of the highest expected speedup by the theory (theory.engine_speedup with B(n) and j),
    over AR as it runs here (stretches: stretches.ar_step); AR where nothing beats 1.
 5. Where α̂ says AR but α̂ one standard error up says drafting, one drafted step: it judges more positions,
-   and a few unlucky verdicts at the start cannot hold the runs at AR; never deeper on so little.
+   and a few unlucky verdicts at the start cannot hold the answers at AR; never deeper on so little.
 6. Where the measured rates say drafting rounds gain under GAIN_TO_DRAFT, AR whatever the model says.
 
 A width never run is priced at α_w from the width known best (alpha.py); a tree of width W > 1 is capped at
@@ -55,7 +55,7 @@ class Estimates:
     """What a plan is made from, at one moment."""
 
     costs: CostModel
-    runs: int  # runs sharing the servers
+    answers: int  # answers sharing the servers
     alpha_at: Callable[..., float]  # (width, optimistic=False) -> α̂
     ar_step: float  # AR's step as it runs here over a target step (stretches.ar_step)
     gain: float | None = None  # the measured rates' drafting over AR (rates.py)
@@ -87,7 +87,7 @@ class Planner:
 
     def speedup(self, e: Estimates, depth: int, width: int, alpha: float, c: float, judge: float) -> float:
         """The expected speedup of a round of (γ, W) over AR as it runs here."""
-        branch_cost = lambda n: e.costs.fork_cost(n, e.runs)  # noqa: E731
+        branch_cost = lambda n: e.costs.fork_cost(n, e.answers)  # noqa: E731
         return engine_speedup(self.mode, depth, alpha, c, judge, width, branch_cost, self.max_nodes,
                               self.window) * e.ar_step
 
@@ -96,7 +96,7 @@ class Planner:
         best = (0, 1.0)
         for depth in range(1, depth_limit(self.max_depth, width) + 1):
             j = judge if judge is not None else e.costs.judge_cost(tree_branches(depth, width, self.max_nodes) - 1,
-                                                                   e.runs)
+                                                                   e.answers)
             s = self.speedup(e, depth, width, alpha, c, j)
             if s > best[1] + 1e-12:
                 best = (depth, s)
@@ -104,8 +104,8 @@ class Planner:
 
     def ceiling(self, e: Estimates) -> float:
         """The speedup of free drafts, always accepted and judged for free (rule 2). It depends on the costs
-        and the runs alone, and a plan asks for it up to three times: kept until either changes."""
-        key = (e.costs.version, e.runs)
+        and the answers alone, and a plan asks for it up to three times: kept until either changes."""
+        key = (e.costs.version, e.answers)
         if key not in self._ceilings:  # a chain: with every draft accepted, more width only costs
             self._ceilings.clear()
             self._ceilings[key] = self.best(e, 1, 0.999, 1e-3, 0.0)[1]
@@ -118,7 +118,7 @@ class Planner:
     def best_by_width(self, e: Estimates, optimistic: bool = False) -> dict[int, tuple[int, float]]:
         """(γ, expected speedup) at each width it may choose (empty until it can plan); `optimistic`: at α̂
         one standard error up."""
-        c = e.costs.c(e.runs)
+        c = e.costs.c(e.answers)
         if c is None or not e.costs.ready:
             return {}
         return {w: self.best(e, w, min(e.alpha_at(w, optimistic), 0.999), max(c, 1e-3))
@@ -137,7 +137,7 @@ class Planner:
 
     def model_plan(self, e: Estimates) -> Plan:
         """What the cost model alone plans (rules 1 to 5)."""
-        c = e.costs.c(e.runs)
+        c = e.costs.c(e.answers)
         if e.costs.target_alone_unknown:
             return Plan(0, 1, math.nan)
         if not e.costs.slope_known:
@@ -149,7 +149,7 @@ class Planner:
         best = self.best_plan(e)
         if not best.depth and self.best_plan(e, optimistic=True).depth:
             alpha = min(e.alpha_at(1, True), 0.999)
-            return Plan(1, 1, self.speedup(e, 1, 1, alpha, max(c, 1e-3), e.costs.judge_cost(1, e.runs)))
+            return Plan(1, 1, self.speedup(e, 1, 1, alpha, max(c, 1e-3), e.costs.judge_cost(1, e.answers)))
         return best
 
     def plan(self, e: Estimates) -> Plan:
@@ -169,6 +169,7 @@ class Planner:
         times its time per step over AR's, less one (at the measured gain where that is lower)."""
         alpha = min(e.alpha_at(width), 0.999)
         pairs = tree_branches(depth, width, self.max_nodes) - 1
-        speedup = self.speedup(e, depth, width, alpha, max(e.costs.c(e.runs), 1e-3), e.costs.judge_cost(pairs, e.runs))
+        c, judge = max(e.costs.c(e.answers), 1e-3), e.costs.judge_cost(pairs, e.answers)
+        speedup = self.speedup(e, depth, width, alpha, c, judge)
         speedup = speedup if e.gain is None else min(speedup, e.gain)
         return self.round_steps(depth, alpha) * max(0.0, 1.0 / speedup - 1.0)

@@ -16,9 +16,9 @@
   keeps. Each fork probe after which the model still plans AR doubles the fork probes' spacing, up to
   PROBE_BACKOFF times (a change is still seen within PROBE_BACKOFF spacings); a plan that drafts resets it.
   AR checks are spaced likewise against what drafting gains.
-- A run's first round is never a probe nor a check: it is not timed (its request prefills the prompt). Where
-  one is due, one run at a time writes a lone step and takes the probe in its next round; the first rounds of
-  other runs meanwhile write AR stretches. A stretch is never cut short for a probe's turn.
+- An answer's first round is never a probe nor a check: it is not timed (its request prefills the prompt).
+  Where one is due, one answer at a time writes a lone step and takes the probe in its next round; the first
+  rounds of other answers meanwhile write AR stretches. A stretch is never cut short for a probe's turn.
 """
 
 from __future__ import annotations
@@ -61,15 +61,15 @@ class ProbeSchedule:
         self.drafting_rounds = 0  # drafting rounds since the last AR check
         self.backoff = 1  # the fork probes' spacing multiple
         self._lone_before_probe = False  # the lone step before a fork probe was planned
-        self._claim: int | None = None  # the run whose first round put off a due probe
+        self._claim: int | None = None  # the answer whose first round put off a due probe
 
     def count_ar_steps(self, steps: int) -> None:
         """An AR round (not a probe) wrote `steps` steps."""
         self.ar_steps += steps
 
-    def release(self, run: int) -> None:
-        """`run` asks for its next round, or ended: a probe it put off is any run's to take."""
-        if self._claim == run:
+    def release(self, answer: int) -> None:
+        """`answer` asks for its next round, or ended: a probe it put off is any answer's to take."""
+        if self._claim == answer:
             self._claim = None
 
     def is_fork(self, e: Estimates) -> bool:
@@ -90,8 +90,8 @@ class ProbeSchedule:
     def budget_spacing(self, e: Estimates, fork: bool) -> int:
         """AR steps between probes that keeps their loss within PROBE_BUDGET (`fork`: fork probes)."""
         if fork:
-            share = e.costs.request_share(e.runs)
-            return spacing_for((e.costs.branch_cost(2, e.runs) - 1.0) * PROBE_SHARE + 2.0 * share)
+            share = e.costs.request_share(e.answers)
+            return spacing_for((e.costs.branch_cost(2, e.answers) - 1.0) * PROBE_SHARE + 2.0 * share)
         return spacing_for(self.drafted_probe(e)[2])
 
     def spacing(self, e: Estimates) -> int:
@@ -101,16 +101,16 @@ class ProbeSchedule:
 
     def probe_taken(self, e: Estimates, fork: bool, spacing: int) -> None:
         """A probe is planned now, `spacing` AR steps after the last. The count keeps what it held beyond the
-        spacing, up to a probe owed by each other run in flight: runs end their stretches together and one
-        takes the probe. After a fork probe where the model plans AR, the backoff doubles."""
-        self.ar_steps = min(max(0, self.ar_steps - spacing), spacing * (e.runs - 1))
+        spacing, up to a probe owed by each other answer in flight: answers end their stretches together and
+        one takes the probe. After a fork probe where the model plans AR, the backoff doubles."""
+        self.ar_steps = min(max(0, self.ar_steps - spacing), spacing * (e.answers - 1))
         if fork and not self.planner.model_plan(e).depth:
             self.backoff = min(PROBE_BACKOFF, 2 * self.backoff)
 
-    def next_round(self, e: Estimates, plan: Plan, first: bool, run: int,
+    def next_round(self, e: Estimates, plan: Plan, first: bool, answer: int,
                    stretch: Callable[[], RoundPlan]) -> RoundPlan:
-        """The round of `run` where the planner says `plan`: the plan, an AR check, a probe, or an AR round
-        (`stretch()`: a stretch as stretches.py sizes it). `first`: the run's first round."""
+        """The round of `answer` where the planner says `plan`: the plan, an AR check, a probe, or an AR
+        round (`stretch()`: a stretch as stretches.py sizes it). `first`: the answer's first round."""
         depth, width, speedup = plan
         if depth and not math.isnan(speedup):
             self.backoff = 1  # the model plans drafting: the probes found what they watch for
@@ -124,9 +124,9 @@ class ProbeSchedule:
         due = spacing is None or self.ar_steps >= spacing
         if first and due:
             if self._claim is None:
-                self._claim = run
+                self._claim = answer
                 return RoundPlan(0)
-            return stretch()  # another run's next round takes it
+            return stretch()  # another answer's next round takes it
         if not e.costs.slope_known:
             return RoundPlan(0, probe_tokens=probe_tokens(e.costs.step_figures()[0]))
         if not due:

@@ -3,14 +3,14 @@
 Rule: the model can miss costs (a client short of CPU, a server that is not what the fit says), so the
 rounds are the last word: where drafting rounds advance less than GAIN_TO_DRAFT times as fast as AR rounds,
 the policy runs AR whatever the model says. The margin is there because the rates lean toward drafting (a
-few drafting runs among runs at AR get more than their share of the client and the server).
+few drafting answers among answers at AR get more than their share of the client and the server).
 
 - Each kind's rate forgets per round of its own kind, and ages by STALE_FORGET per round of the other kind,
   so that the next round of a kind not run for a while weighs more.
-- A run alone whose drafted round comes after a drafting rate aged below STALE_RENEW (a drafted probe after
-  AR rounds) renews it: what it held counts at most STALE_WEIGHT of the new round's time, so that rounds
-  measured under a load that has gone do not outlast it. With other runs in flight such a round is a lone
-  drafting round among runs at AR, which reads fast: it adds to the rate like any round.
+- An answer alone whose drafted round comes after a drafting rate aged below STALE_RENEW (a drafted probe
+  after AR rounds) renews it: what it held counts at most STALE_WEIGHT of the new round's time, so that
+  rounds measured under a load that has gone do not outlast it. With other answers in flight such a round is
+  a lone drafting round among answers at AR, which reads fast: it adds to the rate like any round.
 - A drafting round of a forking engine costs the same whatever its verdicts, so the policy counts the tokens
   a round of its shape keeps on average at α̂: the rates then measure costs, and α̂ alone carries acceptance.
 """
@@ -18,8 +18,8 @@ few drafting runs among runs at AR get more than their share of the client and t
 from __future__ import annotations
 
 GAIN_TO_DRAFT = 1.03  # drafting rounds measured slower than this against AR rounds (tokens/s): run AR
-STALE_FORGET = 0.98  # per round of the other kind (of each run): a measurement of AR or drafting rounds ages
-STALE_RENEW = 0.9  # one run alone: a drafting rate aged below this is renewed by the next drafting round...
+STALE_FORGET = 0.98  # per round of the other kind (of each answer): a measurement of AR or drafting rounds ages
+STALE_RENEW = 0.9  # one answer alone: a drafting rate aged below this is renewed by the next drafting round...
 STALE_WEIGHT = 0.5  # ...where what it held counts at most this share of that round's own time
 KINDS = ("ar", "draft")
 
@@ -44,16 +44,16 @@ class MeasuredRates:
         (ar_tokens, ar_s), (tokens, seconds) = self._totals["ar"], self._totals["draft"]
         return (tokens / seconds) / (ar_tokens / ar_s)
 
-    def add(self, kind: str, tokens: float, seconds: float, forget: float, runs: float) -> None:
-        """A timed round of `kind` that counts `tokens` in `seconds`; `forget`: the per-run discount of the
-        past, `runs`: the runs sharing the policy."""
+    def add(self, kind: str, tokens: float, seconds: float, forget: float, answers: float) -> None:
+        """A timed round of `kind` that counts `tokens` in `seconds`; `forget`: the per-answer discount of
+        the past, `answers`: the answers sharing the policy."""
         held_tokens, held_s = self._totals.get(kind, (0.0, 0.0))
         weight = forget
-        if kind == "draft" and runs <= 1 and self._draft_freshness < STALE_RENEW and held_s > 0:
+        if kind == "draft" and answers <= 1 and self._draft_freshness < STALE_RENEW and held_s > 0:
             weight = min(forget, STALE_WEIGHT * seconds / held_s)
         self._totals[kind] = (weight * held_tokens + tokens, weight * held_s + seconds)
         self._rounds[kind] = self.rounds(kind) + 1
-        stale = STALE_FORGET ** (1.0 / max(1.0, runs))  # per round of each run
+        stale = STALE_FORGET ** (1.0 / max(1.0, answers))  # per round of each answer
         other = "ar" if kind == "draft" else "draft"
         if other in self._totals:
             self._totals[other] = tuple(stale * value for value in self._totals[other])

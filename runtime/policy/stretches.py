@@ -4,8 +4,8 @@ Rule: while AR wins, an AR round writes AR_STRETCH_STEPS steps in one request (n
 the target alone would; more where a request's fixed cost o would exceed STRETCH_OVERHEAD of the stretch;
 at most about AR_STRETCH_SECONDS; and never past the time left before a deadline. Why: a request per step
 pays o each step, which the target alone does not; a few steps keep streaming, deadlines and cancellation
-responsive. A run the drafting slots left out asks again soon, so it writes the fewest steps that keep o
-within RATIONED_OVERHEAD (a lone step where o is small).
+responsive. An answer the drafting slots left out asks again soon, so it writes the fewest steps that keep
+o within RATIONED_OVERHEAD (a lone step where o is small).
 
 AR is priced accordingly: an AR step as stretches of k steps write it takes (o/k + L̄·t₁)/S of a target
 step S = o + L̄·t₁, that is 1 − (o/S)(1 − 1/k) (`ar_step`), and drafting is planned against that.
@@ -18,15 +18,15 @@ import math
 from lookahead_reasoning.runtime.cost_model import CostModel
 
 AR_STRETCH_STEPS = 8  # the fewest steps an AR round writes in one request while AR wins
-AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the run stays responsive
+AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the answer stays responsive
 STRETCH_OVERHEAD = 0.02  # ...but more steps where a request's fixed cost would be more than this share of it
-RATIONED_OVERHEAD = 0.04  # a run the drafting slots leave out writes the fewest steps that keep it within this
+RATIONED_OVERHEAD = 0.04  # an answer the drafting slots leave out writes the fewest steps that keep it within this
 
 
 def stretch(costs: CostModel, seconds_left: float | None = None, rationed: bool = False) -> tuple[int, int]:
     """(steps, token cap) of the next AR round; (1, 0), a lone step, where the costs are not known yet or
     only one step fits. `seconds_left`: a deadline's, which caps the tokens at the target's speed.
-    `rationed`: a run the drafting slots left out (see the module docstring)."""
+    `rationed`: an answer the drafting slots left out (see the module docstring)."""
     step_tokens, s_per_token, overhead = costs.step_figures()
     if not (step_tokens and s_per_token):
         return 1, 0
@@ -43,7 +43,7 @@ def stretch(costs: CostModel, seconds_left: float | None = None, rationed: bool 
     return steps, tokens
 
 
-def ar_step(costs: CostModel, runs: int) -> float:
+def ar_step(costs: CostModel, answers: int) -> float:
     """The time of an AR step as stretches write it, over a target step's (see the module docstring)."""
     steps = stretch(costs)[0]
-    return 1.0 - costs.request_share(runs) * (1.0 - 1.0 / steps)
+    return 1.0 - costs.request_share(answers) * (1.0 - 1.0 / steps)

@@ -1,4 +1,4 @@
-"""The target requests in flight across the runs that share a policy, as each request saw them."""
+"""The target requests in flight across the answers that share a policy, as each request saw them."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 
 class TargetLoad:
-    """Target requests in flight across the runs that share a policy (`lookahead serve`: other runs come
-    and go), so that a request's load is what it saw on average over its tokens.
+    """Target requests in flight across the answers that share a policy (`lookahead serve`: other answers
+    come and go), so that a request's load is what it saw on average over its tokens.
 
     Averaged over tokens, not time: a token written beside x others takes (1 + s·x) times as long, so
     the cost model's T = o + L·(t₁ + u·x̄) holds with the token average, where a time average of a
