@@ -54,3 +54,46 @@ def test_methods_beside_ar_one_line_per_problem_and_a_rerun_resumes(sims, tmp_pa
 def test_a_method_must_name_its_engine_and_depth():
     with pytest.raises(SystemExit, match="ENGINE-DEPTH"):
         _script().method_config("fast", 100)
+
+
+def _probe(c: float, j: float, b2: float):
+    from lookahead_reasoning.eval.server_probe import LineFit, ServerProbe, WidthCost
+
+    line = LineFit(fixed_s=0.1, per_token_s=0.01)
+    return ServerProbe(
+        target_url="http://t", draft_url="http://d", judge_url="http://t", tokens=40, short_tokens=10, repeats=3,
+        fork=[WidthCost(width=2, single_s=1.0, batch_s=b2, b=b2), WidthCost(width=4, single_s=1.0, batch_s=2.0, b=2.0)],
+        target=line, target_single_s=1.0, draft=line, draft_single_s=c, c=c, c_per_token=c, judge_s=j, judge_target_tokens=j,
+        j=j, prefill_prompt_tokens=100, prefill_uncached_s_per_token=0.001, prefill_cached_s_per_token=0.0,
+    )
+
+
+def test_the_ceiling_is_the_theory_at_each_problems_acceptance():
+    from lookahead_reasoning.runtime.theory import finite_speedup
+
+    script = _script()
+    probe = _probe(c=0.5, j=0.1, b2=1.0)
+    assert script.branch_costs(probe)(3) == pytest.approx(1.5) and script.branch_costs(probe)(8) == 2.0
+    rows = [{"problem": 0, "ar": {"seconds": 10.0}, "sync-2": {"accepted": 4, "judged": 4, "steps": 6}},
+            {"problem": 1, "ar": {"seconds": 30.0}, "sync-2": {"accepted": 0, "judged": 3, "steps": 9}}]
+    total, per_problem = script.ceiling(rows, "sync-2", probe)
+    costs = script.branch_costs(probe)
+    assert per_problem == [finite_speedup("sync", 2, 1.0, 0.5, 0.1, branch_cost=costs, steps=6),
+                           finite_speedup("sync", 2, 0.0, 0.5, 0.1, branch_cost=costs, steps=9)]
+    assert per_problem[0] > 1.0 > per_problem[1]
+    assert total == pytest.approx(40.0 / (10.0 / per_problem[0] + 30.0 / per_problem[1]))
+    assert script.ceiling(rows, "sync-adaptive", probe) is None
+
+
+def test_a_probe_file_adds_the_ceilings_to_the_comparison(sims, tmp_path):
+    endpoints = tmp_path / "endpoints.json"
+    endpoints.write_text(sims.endpoints().model_dump_json())
+    data = tmp_path / "problems.jsonl"
+    data.write_text(json.dumps({"question": "problem?"}) + "\n")
+    probe = tmp_path / "probe.json"
+    probe.write_text(_probe(c=0.25, j=0.05, b2=1.0).model_dump_json())
+    lines = _script().main(["--endpoints", str(endpoints), "--data", str(data), "--problems", "0", "--methods",
+                            "sync-2,sync-adaptive", "--max-tokens", "200", "--out", str(tmp_path / "out.jsonl"),
+                            "--probe", str(probe)])
+    assert lines[1].startswith("  ceiling ") and "per problem 0: " in lines[1]
+    assert not any(line.startswith("  ceiling") for line in lines[2:])  # none for adaptive γ
