@@ -20,7 +20,7 @@ def test_a_forks_branches_count_by_their_tokens():
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_pairs_the_exact_match_fast_path_accepted_do_not_time_the_judge(mode):
+def test_pairs_decided_without_a_model_do_not_time_the_judge(mode):
     """A pair the fast path accepted cost no judge call: a round of such pairs alone leaves j unknown (timing it would
     read j = 0 where the judge costs a large share of a step), and a round that mixes them
     times the judge by the pairs it answered. An exact-match verifier alone rejects as "exact" too: it is free."""
@@ -41,6 +41,10 @@ def test_pairs_the_exact_match_fast_path_accepted_do_not_time_the_judge(mode):
     # round's pairs (0.1 over two), so the one answered took 0.2 s
     assert judged_after(([same, answered], 0.2 if mode == "sync" else 0.1)) == pytest.approx(0.2)
     assert 0 < judged_after(([same, unequal], 1e-6)) < 1e-5
+    # the numbers gate rejects before the judge is asked: its pairs are as free as the fast path's
+    gated = JudgedDraft(draft="7", target="9", accept=False, score=None, method="numbers")
+    assert judged_after(([gated, same], 1e-6)) is None
+    assert judged_after(([gated, answered], 0.2 if mode == "sync" else 0.1)) == pytest.approx(0.2)
 
 
 def test_policy_backs_off_when_load_rises_and_drafts_again_when_it_falls():
