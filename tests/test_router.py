@@ -170,8 +170,8 @@ def test_launch_puts_the_replicas_behind_one_router(launched):
 
 def test_lr_through_the_router_writes_what_one_server_writes(launched):
     spec = launched.endpoints
-    routed = _reasoner(spec).answer(QUESTION)
-    alone = _reasoner(_direct(spec, spec.target.workers[0])).answer(QUESTION)
+    routed = _reasoner(spec).run(QUESTION)
+    alone = _reasoner(_direct(spec, spec.target.workers[0])).run(QUESTION)
     assert routed.text == alone.text == TEXT
     assert [(s.source, s.text) for s in routed.steps] == [("draft", "We add two and three\n\n"), ("target", "Hence \\boxed{5}")]
     assert routed.stats.degraded == [] and routed.stats.judge.requests == 1  # the judge answered through the router

@@ -150,7 +150,7 @@ def test_a_bug_is_a_generic_500_without_its_details(frontend):
     def broken(*args):
         raise RuntimeError("secret detail http://10.0.0.1:30000")
 
-    service_of(frontend).run = broken
+    service_of(frontend).answer = broken
     error = assert_openai_error(requests.post(frontend.url + CHAT, json=message_body()), 500)
     assert error["type"] == "server_error" and "secret" not in error["message"]
     with requests.post(frontend.url + CHAT, json=message_body(stream=True), stream=True, timeout=30) as res:

@@ -162,7 +162,7 @@ def test_full_run_against_real_servers_keeps_a_consistent_trace(reasoner):
 def test_the_default_verifier_rejects_a_new_number_before_asking_the_judge(tiny_endpoints):
     """tiny-draft's "Thus \\boxed{6}" states a 6 that neither the target's step nor the prompt holds: the numbers
     gate of the default verifier (llm-judge+numbers) rejects it, and the judge's server is not asked."""
-    result = LookaheadReasoner(tiny_endpoints, LookaheadConfig(depth=3, max_tokens=64)).answer(QUESTION)
+    result = LookaheadReasoner(tiny_endpoints, LookaheadConfig(depth=3, max_tokens=64)).run(QUESTION)
     [exact, gated] = result.round_log[0].judged
     assert exact.method == "exact" and (gated.method, gated.accept, gated.score) == ("numbers", False, None)
     assert result.answer == "5" and result.stats.judge.requests == 0

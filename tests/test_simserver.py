@@ -145,7 +145,7 @@ def test_engines_are_lossless_against_the_simulator(sims, engine_class, width):
 @pytest.mark.parametrize("width", [1, 2])
 def test_engines_with_the_judge_keep_a_consistent_trace(sims, engine, width):
     config = LookaheadConfig(depth=2, width=width, engine=engine, seed=3, max_tokens=500)
-    result = LookaheadReasoner(sims.endpoints(), config).answer("q")
+    result = LookaheadReasoner(sims.endpoints(), config).run("q")
     assert result.stats.finish == "eos"
     assert result.text.count("\n\n") == STEPS - 1  # every position is filled exactly once
     for i, step in enumerate(result.steps):
