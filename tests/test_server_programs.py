@@ -217,7 +217,7 @@ def test_a_typed_gen_is_constrained_by_the_server(tiny_endpoints):
     @sgl.function
     def count(s):
         s += "Write a number: " + sgl.gen("n", dtype=int, max_tokens=6) + "\nYes or no? " + sgl.gen(
-            "b", dtype=bool, max_tokens=3)
+            "b", dtype=bool, max_tokens=8)
 
     state = count.run(backend=LookaheadEndpoint(tiny_endpoints.target.url, chat_template="chatml"))
     assert re.fullmatch(r"[-+]?[0-9]+", state["n"].strip()), state["n"]
