@@ -140,12 +140,6 @@ def safe_grade(problem: Problem, text: str, scorer, unsafe_no_sandbox: bool = Fa
         return Grade(False if problem.grader != "none" else None, None, detail=f"grading failed: {first_line(error)}")
 
 
-def cut_by_ar(records: dict[tuple[str, str, int], EvalRecord], problem_id: str) -> bool:
-    """Whether AR's answer to this problem (any sample) hit the token cap."""
-    return any(r.finish == "max_tokens" for (pid, method, _), r in records.items()
-               if pid == problem_id and method == "ar")
-
-
 def run_eval(
     problems: list[Problem],
     methods: list[MethodSpec],
@@ -188,18 +182,20 @@ def run_eval(
     if grade_answers and any(p.grader == "judge-score" for p in problems):
         scorer = judge_scorer(runners[methods[0].name].reasoner(0).connection.backends["judge"])
 
-    def finished() -> int:
-        return sum(1 for p in problems for s in range(samples) for m in methods if (p.id, m.name, s) in done)
-
     if progress:
-        progress(None, min(finished(), total), total)
+        finished = sum((p.id, m.name, s) in done for p in problems for s in range(samples) for m in methods)
+        progress(None, min(finished, total), total)
+
+    def cut_by_ar(problem: Problem) -> bool:
+        """Whether an AR answer to `problem` (any sample) hit the token cap."""
+        return any(getattr(done.get((problem.id, "ar", s)), "finish", None) == "max_tokens" for s in range(samples))
 
     def run_problem(problem: Problem) -> bool:
         """Every missing (sample, method) of one problem, in order; False when AR's answer was cut."""
         for sample in range(samples):
             for method in methods:
                 with lock:
-                    if ar_finishes and method.name != "ar" and cut_by_ar(done, problem.id):
+                    if ar_finishes and method.name != "ar" and cut_by_ar(problem):
                         return False
                     if (problem.id, method.name, sample) in done:
                         continue
@@ -219,7 +215,7 @@ def run_eval(
                     done[record.key] = record
                     if progress:
                         progress(record, 1, total)
-        return not (ar_finishes and cut_by_ar(done, problem.id))
+        return not (ar_finishes and cut_by_ar(problem))
 
     kept = run_problems(problems, run_problem, concurrency, keep if ar_finishes else None)
     wanted = {(p.id, m.name, s) for p in kept for m in methods for s in range(samples)}

@@ -71,12 +71,12 @@ def ceiling(rows: list[dict], method: str, probe: ServerProbe) -> tuple[float, l
     depth = rest.partition("-")[0]
     if not depth.isdigit() or any("steps" not in row[method] for row in rows):
         return None  # adaptive γ, or rows written before steps were recorded
-    per_problem = []
+    per_problem, costs = [], branch_costs(probe)
     for row in rows:
         run = row[method]
         alpha = run["accepted"] / run["judged"] if run["judged"] else 0.0
-        per_problem.append(finite_speedup(engine, int(depth), alpha, probe.c, probe.j,
-                                          branch_cost=branch_costs(probe), steps=max(1, run["steps"])))
+        per_problem.append(finite_speedup(engine, int(depth), alpha, probe.c, probe.j, branch_cost=costs,
+                                          steps=max(1, run["steps"])))
     ar = [row["ar"]["seconds"] for row in rows]
     return sum(ar) / sum(s / f for s, f in zip(ar, per_problem)), per_problem
 
