@@ -46,6 +46,11 @@ class EvalRecord(BaseModel):
     def key(self) -> tuple[str, str, int]:
         return (self.problem_id, self.method, self.sample)
 
+    @property
+    def cut_at_cap(self) -> bool:
+        """Whether the answer stopped at the token cap instead of ending on its own."""
+        return self.finish == "max_tokens"
+
 
 class ResultStore:
     def __init__(self, path: Path):

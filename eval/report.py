@@ -103,7 +103,7 @@ def summarize(records: list[EvalRecord], methods: list[str], baseline: str = "ar
             paired=len(ratios),
             tokens_per_s=sum(r.output_tokens for r in rows) / wall if wall > 0 else None,
             mean_wall_s=wall / len(rows),
-            max_tokens_hits=sum(r.finish == "max_tokens" for r in rows),
+            max_tokens_hits=sum(r.cut_at_cap for r in rows),
             degraded=sum(bool(r.degraded) for r in rows),
         ))
     return out
@@ -195,7 +195,7 @@ def kept_records(records: list[EvalRecord], ar_finishes: bool) -> list[EvalRecor
     """With `ar_finishes`, the records of the problems whose AR answers all ended before the cap."""
     if not ar_finishes:
         return records
-    cut = {r.problem_id for r in records if r.method == "ar" and r.finish == "max_tokens"}
+    cut = {r.problem_id for r in records if r.method == "ar" and r.cut_at_cap}
     answered = {r.problem_id for r in records if r.method == "ar"}
     return [r for r in records if r.problem_id in answered - cut]
 

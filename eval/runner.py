@@ -188,7 +188,7 @@ def run_eval(
 
     def cut_by_ar(problem: Problem) -> bool:
         """Whether an AR answer to `problem` (any sample) hit the token cap."""
-        return any(getattr(done.get((problem.id, "ar", s)), "finish", None) == "max_tokens" for s in range(samples))
+        return any(record.cut_at_cap for s in range(samples) if (record := done.get((problem.id, "ar", s))))
 
     def run_problem(problem: Problem) -> bool:
         """Every missing (sample, method) of one problem, in order; False when AR's answer was cut."""
