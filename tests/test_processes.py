@@ -100,3 +100,14 @@ def test_stop_signals_no_process_that_started_at_another_time(bystander):
     assert bystander.poll() is None
     stop_launcher(_endpoints(launcher_pid=bystander.pid, launcher_started=started), timeout_s=10)  # proven: signalled
     assert bystander.wait(10) != 0
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_are_never_handed_out_twice():
+    # connect() takes its local ports from the ephemeral range: a port chosen there can be gone by
+    # the time a slow-starting server listens on it
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+        ephemeral_low = int(ports.read().split()[0])
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+    assert max(ports) < ephemeral_low
+    assert not any(port_in_use(port) for port in ports)

@@ -48,7 +48,8 @@ class Launch:
         return self.log.read_text(errors="replace")
 
 
-def _wait_for(done, launch: Launch, what: str, timeout: float = 600) -> None:
+def _wait_for(done, launch: Launch, what: str, timeout: float = 660) -> None:
+    """Until `done()`; the default outlasts the launcher's own 600 s start-up limit, whose error names what hung."""
     deadline = time.monotonic() + timeout
     while not done():
         assert launch.process.poll() is None, f"the launcher exited:\n{launch.log_text()}"

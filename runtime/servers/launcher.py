@@ -63,6 +63,10 @@ from lookahead_reasoning.runtime.servers.server_models import (
 from lookahead_reasoning.errors import LookaheadError
 
 
+BIND_FAILURE = "error while attempting to bind on address"  # uvicorn's words when its port is taken
+PORT_TRIES = 3  # ports tried for a server whose port the group chose, when each was taken before it listened
+
+
 @dataclass
 class ServerSpec:
     model: str | None  # what the user named: offline model name, folder, or Hugging Face id (None: unknown, behind a router given by URL)
@@ -101,6 +105,7 @@ class ServerProcess:
     restart_at: float | None = None  # when the next restart is due (the process is down)
     warming: bool = False  # restarted, not yet answering
     given_up: bool = False  # down for good: its restarts are spent
+    port_given: bool = False  # the user named its port (else the group chose it and may choose another)
 
     @property
     def name(self) -> str:
@@ -129,6 +134,13 @@ class ServerProcess:
         if code is not None and code < 0:
             return f"killed by {signal.Signals(-code).name}"
         return f"exit status {code}: {self.last_log_line()}"
+
+    def could_not_listen(self) -> bool:
+        """Whether its port was taken before it listened: uvicorn then logs the error and hangs, never exits."""
+        try:
+            return BIND_FAILURE in self.log_path.read_text(errors="replace")
+        except OSError:
+            return False
 
     def last_log_line(self) -> str:
         try:
@@ -341,11 +353,12 @@ class ServerGroup:
             )
 
     def _launch(self, spec: ServerSpec, kind: str, port: int, command: list[str], env: dict[str, str] | None,
-                replica: int = 0) -> ServerProcess:
+                replica: int = 0, port_given: bool = False) -> ServerProcess:
         stem = spec.name + (f"-replica{replica}" if kind == "replica" else "-router" if kind == "router" else "")
         log_path = self.log_dir / f"{stem}-{port}.log"
         log_path.unlink(missing_ok=True)
-        process = ServerProcess(spec, None, f"http://127.0.0.1:{port}", log_path, command, env, kind, replica)  # type: ignore[arg-type]
+        process = ServerProcess(spec, None, f"http://127.0.0.1:{port}", log_path, command, env, kind, replica,  # type: ignore[arg-type]
+                                port_given=port_given)
         what = f"{spec.model}" if kind != "router" else f"{self.router_policy} over {spec.replicas} replicas"
         self.log(f"starting {process.label} ({what}) on 127.0.0.1:{port}, log {log_path}")
         choice = self.dtype_choice(spec) if kind != "router" else None
@@ -374,12 +387,16 @@ class ServerGroup:
             env = self.environment()
             for spec in self.started_specs:
                 if spec.replicas == 1:
+                    given = spec.port is not None
                     port = spec.port = spec.port or free_port()
-                    self.servers.append(self._launch(spec, "server", port, self.command(spec, port), env))
+                    self.servers.append(self._launch(spec, "server", port, self.command(spec, port), env,
+                                                     port_given=given))
                     continue
+                given_ports = [p is not None for p in spec.worker_ports]
                 spec.worker_ports = [p or free_port() for p in spec.worker_ports]
                 for i, port in enumerate(spec.worker_ports, start=1):
-                    self.servers.append(self._launch(spec, "replica", port, self.command(spec, port, i), env, i))
+                    self.servers.append(self._launch(spec, "replica", port, self.command(spec, port, i), env, i,
+                                                     port_given=given_ports[i - 1]))
             self._wait_ready(self.servers)
             for spec in self.started_specs:
                 if spec.replicas > 1:
@@ -394,11 +411,22 @@ class ServerGroup:
         """Until every process (and every router given by URL) answers its model-info route."""
         deadline = time.monotonic() + self.startup_timeout_s
         pending: list = [*processes, *given]
+        tries: dict[str, int] = {}  # ports tried so far, by server label
         while pending:
             for item in list(pending):
                 if isinstance(item, ServerProcess):
                     if not item.alive():
                         raise LookaheadError(f"the {item.label} exited during start-up: {item.last_log_line()}")
+                    if item.kind != "router" and item.could_not_listen():
+                        tries[item.label] = tries.get(item.label, 1) + 1
+                        if item.port_given or tries[item.label] > PORT_TRIES:
+                            item.stop()
+                            raise LookaheadError(f"the {item.label} could not listen on {item.url}: "
+                                                 f"another process took the port while it started")
+                        moved = self._move(item)
+                        self.servers = [moved if s is item else s for s in self.servers]
+                        pending = [moved if p is item else p for p in pending]
+                        continue
                     url, label = item.url, item.label
                 else:
                     url, label = item.router_url, f"{item.name} router"
@@ -406,11 +434,24 @@ class ServerGroup:
                     self.log(f"{label} ready at {url}")
                     pending.remove(item)
             if pending and time.monotonic() > deadline:
-                names = ", ".join(i.label if isinstance(i, ServerProcess) else f"{i.name} router at {i.router_url}"
-                                  for i in pending)
+                names = "; ".join(f"{i.label} (its log ends: {i.last_log_line()})" if isinstance(i, ServerProcess)
+                                  else f"{i.name} router at {i.router_url}" for i in pending)
                 raise LookaheadError(f"not ready within {self.startup_timeout_s:g} s: {names}")
             if pending:
                 time.sleep(1.0)
+
+    def _move(self, server: ServerProcess) -> ServerProcess:
+        """Stop a server whose chosen port was taken before it listened; start it again on a new one."""
+        server.stop()
+        spec, port = server.spec, free_port()
+        self.log(f"the {server.label} could not listen on {server.url}: the port was taken while it started; "
+                 f"trying port {port}")
+        if server.kind == "replica":
+            spec.worker_ports[server.replica - 1] = port
+        else:
+            spec.port = port
+        return self._launch(spec, server.kind, port, self.command(spec, port, server.replica), server.env,
+                            server.replica)
 
     def _replicas_of(self, spec: ServerSpec) -> list[ServerProcess]:
         return [s for s in self.servers if s.spec is spec]

@@ -6,6 +6,7 @@ Children run in their own process group and are stopped by that group's id, neve
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -35,7 +36,35 @@ def dies_with_parent(command: list[str]) -> list[str]:
     return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *command]
 
 
+# Where free_port looks: under the kernel's ephemeral range (32768 and up by default), from which
+# every outgoing connection takes its local port, and under SGLang's own 22000-29999 (where a
+# server picks the port its scheduler binds later).
+PORT_RANGE = (10000, 21999)
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A port free now that no outgoing connection takes before its server listens on it.
+
+    An SGLang server binds its port about a minute after it starts. A port from bind(0) lies in
+    the ephemeral range, where any connection made meanwhile (health checks, the other servers'
+    start-up) may take it, and the server then cannot listen. So the port comes from PORT_RANGE,
+    and one process never hands out the same port twice.
+    """
+    low, high = PORT_RANGE[0], min(PORT_RANGE[1], _ephemeral_low() - 1)
+    candidates = range(low, high + 1)
+    for port in random.sample(candidates, min(64, len(candidates))):
+        if port not in _handed_out and not port_in_use(port):
+            _handed_out.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
