@@ -65,6 +65,17 @@ def test_random_accepts_at_its_rate_and_exact_only_equal_steps():
     assert [v.accept for v in exact.verify("", [("A  b", "a b"), ("a", "b")])] == [True, False]
 
 
+def test_a_random_draw_depends_on_the_pair_alone():
+    # a resumed eval judges a problem in a fresh process: its steps must meet the same draws
+    pairs = [(f"step {i}", f"other step {i}") for i in range(40)]
+    alone = [v.accept for v in make_verifier("random", 0.5).verify("the context", pairs)]
+    after_others = make_verifier("random", 0.5)
+    after_others.verify("an earlier problem", [("x", "y")] * 7)
+    assert [v.accept for v in after_others.verify("the context", pairs)] == alone
+    assert 10 < sum(alone) < 30
+    assert [v.accept for v in make_verifier("random", 0.5, seed=1).verify("the context", pairs)] != alone
+
+
 def test_calibration_keeps_precision_and_is_found_again():
     labels = [True, True, True, False, False, True]
     verdicts = [Verdict(True, s, "llm-judge") for s in (0.95, 0.9, 0.7, 0.85, 0.3, 0.6)]

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
-import random
+import hashlib
+import json
 from typing import Sequence
 
 from lookahead_reasoning.verifiers.base import Verdict
 
 
 class RandomVerifier:
-    """Accepts each pair with probability `threshold` (the paper's ablation uses 0.5), seeded."""
+    """Accepts each pair with probability `threshold` (the paper's ablation uses 0.5).
+
+    A pair's draw is a hash of the seed, the context, the pair's position and its two steps: it
+    depends on the pair alone, not on what was judged before, so a rerun, a resumed eval or another
+    `--concurrency` accepts the same steps.
+    """
 
     name = "random"
 
     def __init__(self, threshold: float = 0.5, seed: int | None = 0):
         self.threshold = threshold
-        self.rng = random.Random(seed)
+        self.seed = seed or 0
+
+    def _draw(self, context: str, position: int, pair: tuple[str, str]) -> float:
+        key = json.dumps([self.seed, context, position, *pair]).encode()
+        return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2**64
 
     def verify(self, context: str, pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
-        draws = [self.rng.random() for _ in pairs]
+        draws = [self._draw(context, i, pair) for i, pair in enumerate(pairs)]
         return [Verdict(u < self.threshold, 1.0 - u, self.name) for u in draws]
