@@ -54,6 +54,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lookahead_reasoning.draws import unit
 from lookahead_reasoning.runtime.servers.endpoints import ServerAddress, Endpoints
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.runtime.servers.processes import (
@@ -70,12 +71,6 @@ _STEP_INDEX = re.compile(r"\bs(\d+)-")
 
 def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text)
-
-
-def _unit(*parts: object) -> float:
-    """A deterministic number in [0, 1) from the parts."""
-    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 class SimConfig(BaseModel):
@@ -219,7 +214,7 @@ class SimEngine:
         name = f"s{index}-{tag}.{problem}"
         length = c.step_tokens
         if c.step_tokens_max is not None and c.step_tokens_max > c.step_tokens:
-            length += int(_unit("length", c.seed, name) * (c.step_tokens_max - c.step_tokens + 1))
+            length += int(unit("length", c.seed, name) * (c.step_tokens_max - c.step_tokens + 1))
         return [f"{name} "] + [f"w{n}.{name} " for n in range(length - 2)] + [f"end{index}."]
 
     def _stream(self, prompt: str, variant: int | None) -> tuple[list[str], bool]:
@@ -286,7 +281,7 @@ class SimEngine:
             start = body.get("logprob_start_len")
             start = len(prompt_tokens) if start is None or int(start) < 0 else int(start)
             meta["input_token_logprobs"] = [
-                [None if i == 0 else -0.1 - 2 * _unit("lp", tok), hash(tok) % 50000, tok]
+                [None if i == 0 else -0.1 - 2 * unit("lp", tok), hash(tok) % 50000, tok]
                 for i, tok in enumerate(prompt_tokens[start:])
             ]
             meta.setdefault("output_token_logprobs", [])
@@ -313,7 +308,7 @@ class SimEngine:
         c = self.state.config
         found = _STEP_INDEX.search(prompt[prompt.rfind("Step A:"):]) if "Step A:" in prompt else None
         alpha = c.alpha_at(int(found.group(1)) if found else 0)
-        accept = _unit(c.seed, prompt) < alpha
+        accept = unit(c.seed, prompt) < alpha
         p_yes = 0.95 if accept else 0.05
         top = [[math.log(p_yes), 9001, "yes"], [math.log(1 - p_yes), 9002, "no"]]
         answer = "yes" if accept else "no"

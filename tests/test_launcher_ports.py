@@ -17,10 +17,10 @@ from lookahead_reasoning.runtime.servers.processes import answers
 pytestmark = pytest.mark.server
 
 
-def _listening() -> socket.socket:
-    """A socket that holds a port, as another program's server would."""
+def _listening(port: int = 0) -> socket.socket:
+    """A socket that holds `port` (0: any), as another program's server would."""
     holder = socket.socket()
-    holder.bind(("127.0.0.1", 0))
+    holder.bind(("127.0.0.1", port))
     holder.listen(8)
     return holder
 
@@ -48,9 +48,7 @@ def test_a_named_port_taken_while_the_server_starts_is_a_clear_error(tmp_path):
     messages: list[str] = []
     port = processes.free_port()
     group = _group(tmp_path, messages, ports=[port])  # the port is free when the launch is checked...
-    with socket.socket() as holder:  # ...and taken before the server listens
-        holder.bind(("127.0.0.1", port))
-        holder.listen(8)
+    with _listening(port):  # ...and taken before the server listens
         with pytest.raises(LookaheadError, match=f"could not listen on http://127.0.0.1:{port}: another process"):
             with group:
                 pass

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Sequence
 
+from lookahead_reasoning.draws import unit
 from lookahead_reasoning.verifiers.base import Verdict
 
 
@@ -23,10 +22,6 @@ class RandomVerifier:
         self.threshold = threshold
         self.seed = seed or 0
 
-    def _draw(self, context: str, position: int, pair: tuple[str, str]) -> float:
-        key = json.dumps([self.seed, context, position, *pair]).encode()
-        return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2**64
-
     def verify(self, context: str, pairs: Sequence[tuple[str, str]]) -> list[Verdict]:
-        draws = [self._draw(context, i, pair) for i, pair in enumerate(pairs)]
+        draws = [unit(self.seed, context, i, *pair) for i, pair in enumerate(pairs)]
         return [Verdict(u < self.threshold, 1.0 - u, self.name) for u in draws]

@@ -419,12 +419,7 @@ class ServerGroup:
                         raise LookaheadError(f"the {item.label} exited during start-up: {item.last_log_line()}")
                     if item.kind != "router" and item.could_not_listen():
                         tries[item.label] = tries.get(item.label, 1) + 1
-                        if item.port_given or tries[item.label] > PORT_TRIES:
-                            item.stop()
-                            raise LookaheadError(f"the {item.label} could not listen on {item.url}: "
-                                                 f"another process took the port while it started")
-                        moved = self._move(item)
-                        self.servers = [moved if s is item else s for s in self.servers]
+                        moved = self._move(item, tries[item.label])
                         pending = [moved if p is item else p for p in pending]
                         continue
                     url, label = item.url, item.label
@@ -440,9 +435,13 @@ class ServerGroup:
             if pending:
                 time.sleep(1.0)
 
-    def _move(self, server: ServerProcess) -> ServerProcess:
-        """Stop a server whose chosen port was taken before it listened; start it again on a new one."""
+    def _move(self, server: ServerProcess, tries: int) -> ServerProcess:
+        """Stop a server whose port was taken before it listened; start it again on a new port, in its place
+        among the servers. A port the user named, or the last of PORT_TRIES, is an error instead."""
         server.stop()
+        if server.port_given or tries > PORT_TRIES:
+            raise LookaheadError(f"the {server.label} could not listen on {server.url}: "
+                                 f"another process took the port while it started")
         spec, port = server.spec, free_port()
         self.log(f"the {server.label} could not listen on {server.url}: the port was taken while it started; "
                  f"trying port {port}")
@@ -450,8 +449,10 @@ class ServerGroup:
             spec.worker_ports[server.replica - 1] = port
         else:
             spec.port = port
-        return self._launch(spec, server.kind, port, self.command(spec, port, server.replica), server.env,
-                            server.replica)
+        moved = self._launch(spec, server.kind, port, self.command(spec, port, server.replica), server.env,
+                             server.replica)
+        self.servers = [moved if s is server else s for s in self.servers]
+        return moved
 
     def _replicas_of(self, spec: ServerSpec) -> list[ServerProcess]:
         return [s for s in self.servers if s.spec is spec]

@@ -41,6 +41,7 @@ def dies_with_parent(command: list[str]) -> list[str]:
 # server picks the port its scheduler binds later).
 PORT_RANGE = (10000, 21999)
 _handed_out: set[int] = set()
+_port_draws = random.SystemRandom()  # not the global RNG: processes that seed it alike would pick alike
 
 
 def _ephemeral_low() -> int:
@@ -61,7 +62,7 @@ def free_port() -> int:
     """
     low, high = PORT_RANGE[0], min(PORT_RANGE[1], _ephemeral_low() - 1)
     candidates = range(low, high + 1)
-    for port in random.sample(candidates, min(64, len(candidates))):
+    for port in _port_draws.sample(candidates, min(64, len(candidates))):
         if port not in _handed_out and not port_in_use(port):
             _handed_out.add(port)
             return port
