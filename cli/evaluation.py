@@ -154,13 +154,17 @@ def eval_command(
 
 def report_command(
     folder: Path = typer.Argument(..., help="a results folder written by `lookahead eval --out` (complete or not)"),
+    baseline: str = typer.Option("ar", help="the method the accuracy differences and speedups are against "
+                                            "(e.g. lr-random: what the verifier keeps)"),
 ):
-    """Print the report of a results folder and rewrite its report.md, report.json and report.png."""
-    from lookahead_reasoning.eval.report import markdown_report, report_folder
+    """Print the report of a results folder and rewrite its report files (report.md, .json, .png; against
+    another baseline B: report-vs-B.md, .json, .png)."""
+    from lookahead_reasoning.eval.report import markdown_report, report_folder, report_stem
 
-    summaries, title, notes = report_folder(folder)
+    summaries, title, notes = report_folder(folder, baseline)
     print(markdown_report(summaries, title, notes))
-    err.print(f"report in {folder / 'report.md'}, report.json, report.png")
+    stem = report_stem(baseline)
+    err.print(f"report in {folder / (stem + '.md')}, {stem}.json, {stem}.png")
 
 
 def sweep_command(

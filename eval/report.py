@@ -1,10 +1,11 @@
-"""The eval report: accuracy, acceptance, speedup against AR and throughput per method.
+"""The eval report: accuracy, acceptance, speedup against a baseline method and throughput per method.
 
-Accuracy comes with a 95 % Wilson interval. The accuracy difference against AR is paired:
-over the (problem, sample) pairs both graded, the mean of (method right) − (AR right), with a
-95 % percentile-bootstrap interval over those pairs. Speedup is paired too: AR wall time /
+The baseline is AR unless asked otherwise (LR against `lr-random` shows what the verifier keeps).
+Accuracy comes with a 95 % Wilson interval. The accuracy difference against the baseline is paired:
+over the (problem, sample) pairs both graded, the mean of (method right) − (baseline right), with a
+95 % percentile-bootstrap interval over those pairs. Speedup is paired too: baseline wall time /
 method wall time per pair; the report gives the mean, the median and the spread (min-max) of
-those ratios, and the aggregate (total AR time / total method time).
+those ratios, and the aggregate (total baseline time / total method time).
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from lookahead_reasoning.errors import LookaheadError
 
 class MethodSummary(BaseModel):
     method: str
+    baseline: str  # the method the differences and speedups are against
     n: int
     graded: int
     accuracy: float | None
     accuracy_ci: tuple[float, float] | None = None  # 95 % Wilson
-    accuracy_vs_ar: float | None = None  # paired mean of (right here) − (right with AR)
-    accuracy_vs_ar_ci: tuple[float, float] | None = None  # 95 % paired bootstrap
+    accuracy_vs_baseline: float | None = None  # paired mean of (right here) − (right with the baseline)
+    accuracy_vs_baseline_ci: tuple[float, float] | None = None  # 95 % paired bootstrap
     mean_score: float | None  # judge-scored datasets (MT-Bench)
     acceptance_rate: float | None  # accepted / decided draft positions
     speedup_mean: float | None
@@ -89,10 +91,10 @@ def summarize(records: list[EvalRecord], methods: list[str], baseline: str = "ar
                 if key in base and r.correct is not None and base[key].correct is not None]
         diff, diff_ci = paired_difference(both) if method != baseline else (None, None)
         out.append(MethodSummary(
-            method=method, n=len(rows), graded=len(graded),
+            method=method, baseline=baseline, n=len(rows), graded=len(graded),
             accuracy=sum(graded) / len(graded) if graded else None,
             accuracy_ci=wilson_interval(sum(graded), len(graded)),
-            accuracy_vs_ar=diff, accuracy_vs_ar_ci=diff_ci,
+            accuracy_vs_baseline=diff, accuracy_vs_baseline_ci=diff_ci,
             mean_score=statistics.fmean(scores) if scores else None,
             acceptance_rate=sum(r.draft_steps_accepted for r in rows) / judged if judged else None,
             speedup_mean=statistics.fmean(ratios) if ratios else None,
@@ -131,13 +133,19 @@ def _points(value: float | None, interval: tuple[float, float] | None, signed: b
     return text
 
 
+def _baseline_name(summaries: list[MethodSummary]) -> str:
+    baseline = summaries[0].baseline if summaries else "ar"
+    return "AR" if baseline == "ar" else baseline
+
+
 def markdown_report(summaries: list[MethodSummary], title: str, notes: list[str]) -> str:
     lines = [f"# {title}", ""]
     lines += [f"> {note}" for note in notes]
     if notes:
         lines.append("")
+    baseline = _baseline_name(summaries)
     lines += [
-        "| method | n | accuracy % [95 % CI] | vs AR, points [95 % CI] | score | acceptance | speedup mean | median "
+        f"| method | n | accuracy % [95 % CI] | vs {baseline}, points [95 % CI] | score | acceptance | speedup mean | median "
         "| min–max | aggregate | tokens/s | mean wall s | cut at cap |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -145,7 +153,7 @@ def markdown_report(summaries: list[MethodSummary], title: str, notes: list[str]
         spread = "n/a" if s.speedup_min is None else f"{s.speedup_min:.2f}–{s.speedup_max:.2f}"
         lines.append(
             f"| {s.method} | {s.n} | {_points(s.accuracy, s.accuracy_ci)} | "
-            f"{_points(s.accuracy_vs_ar, s.accuracy_vs_ar_ci, signed=True)} | {_f(s.mean_score)} | {_f(s.acceptance_rate, '.2f')} | "
+            f"{_points(s.accuracy_vs_baseline, s.accuracy_vs_baseline_ci, signed=True)} | {_f(s.mean_score)} | {_f(s.acceptance_rate, '.2f')} | "
             f"{_f(s.speedup_mean, '.2f', '×')} | {_f(s.speedup_median, '.2f', '×')} | {spread} | "
             f"{_f(s.speedup_aggregate, '.2f', '×')} | {_f(s.tokens_per_s, '.1f')} | {s.mean_wall_s:.1f} | {s.max_tokens_hits} |"
         )
@@ -164,7 +172,7 @@ def plot_report(summaries: list[MethodSummary], path: Path, title: str) -> None:
     above = [s.accuracy_ci[1] - a if s.accuracy_ci else 0 for a, s in zip(accuracy, summaries)]
     panels = [
         ("accuracy (95 % CI)", accuracy, [below, above]),
-        ("speedup vs AR (aggregate)", [s.speedup_aggregate or 0 for s in summaries], None),
+        (f"speedup vs {_baseline_name(summaries)} (aggregate)", [s.speedup_aggregate or 0 for s in summaries], None),
         ("tokens / s", [s.tokens_per_s or 0 for s in summaries], None),
     ]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
@@ -179,15 +187,23 @@ def plot_report(summaries: list[MethodSummary], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def write_report(records: list[EvalRecord], methods: list[str], out: Path, title: str, notes: list[str]) -> list[MethodSummary]:
-    summaries = summarize(records, methods)
+def report_stem(baseline: str) -> str:
+    """The file name (without suffix) of a report: `report` against AR, `report-vs-B` against B."""
+    return "report" if baseline == "ar" else f"report-vs-{baseline}"
+
+
+def write_report(records: list[EvalRecord], methods: list[str], out: Path, title: str, notes: list[str],
+                 baseline: str = "ar") -> list[MethodSummary]:
+    summaries = summarize(records, methods, baseline)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(
-        {"title": title, "notes": notes, "methods": [s.model_dump() for s in summaries]}, indent=2
+    stem = report_stem(baseline)
+    (out / f"{stem}.json").write_text(json.dumps(
+        {"title": title, "notes": notes, "baseline": baseline, "methods": [s.model_dump() for s in summaries]},
+        indent=2,
     ))
-    (out / "report.md").write_text(markdown_report(summaries, title, notes))
+    (out / f"{stem}.md").write_text(markdown_report(summaries, title, notes))
     if summaries:
-        plot_report(summaries, out / "report.png", title)
+        plot_report(summaries, out / f"{stem}.png", title)
     return summaries
 
 
@@ -200,8 +216,8 @@ def kept_records(records: list[EvalRecord], ar_finishes: bool) -> list[EvalRecor
     return [r for r in records if r.problem_id in answered - cut]
 
 
-def report_folder(folder: Path) -> tuple[list[MethodSummary], str, list[str]]:
-    """Rebuild report.md/json/png from a results folder (complete or not): its summaries, title and notes."""
+def report_folder(folder: Path, baseline: str = "ar") -> tuple[list[MethodSummary], str, list[str]]:
+    """Rebuild a results folder's report (complete or not) against `baseline`: its summaries, title and notes."""
     from lookahead_reasoning.eval.records import ResultStore, read_pin
 
     pin_path, results = folder / "eval.json", folder / "results.jsonl"
@@ -210,6 +226,8 @@ def report_folder(folder: Path) -> tuple[list[MethodSummary], str, list[str]]:
     pinned = read_pin(pin_path) if pin_path.exists() else {}
     records = kept_records(list(ResultStore(results).load().values()), bool(pinned.get("ar_finishes")))
     methods = list(dict.fromkeys(pinned.get("methods", []) + [r.method for r in records]))
+    if baseline not in methods:
+        raise LookaheadError(f"baseline {baseline!r} is not a method of {folder}; its methods: {', '.join(methods)}")
     problems = len({r.problem_id for r in records})
     title = f"{pinned.get('dataset', folder.name)}: {problems} problems"
     config = pinned.get("config", {})
@@ -219,4 +237,4 @@ def report_folder(folder: Path) -> tuple[list[MethodSummary], str, list[str]]:
         notes.append(f"only problems whose AR answer ends before {config.get('max_tokens')} tokens")
     if (pinned.get("concurrency") or 1) > 1:
         notes.append(f"{pinned['concurrency']} problems at once: times are under that load")
-    return write_report(records, methods, folder, title, notes), title, notes
+    return write_report(records, methods, folder, title, notes, baseline), title, notes

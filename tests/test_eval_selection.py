@@ -148,8 +148,10 @@ def test_the_summary_pairs_accuracy_against_ar_and_drops_problems_ar_did_not_fin
     kept = kept_records(records, ar_finishes=True)
     assert {r.problem_id for r in kept} == {"a", "b"} and kept_records(records, ar_finishes=False) == records
     ar, lr = summarize(kept, ["ar", "lr"])
-    assert ar.accuracy == 1.0 and ar.accuracy_vs_ar is None and lr.accuracy_vs_ar == -0.5
-    assert lr.accuracy_ci == wilson_interval(1, 2) and lr.accuracy_vs_ar_ci[0] == -1.0
+    assert ar.accuracy == 1.0 and ar.accuracy_vs_baseline is None and lr.accuracy_vs_baseline == -0.5
+    assert lr.accuracy_ci == wilson_interval(1, 2) and lr.accuracy_vs_baseline_ci[0] == -1.0
+    lr_vs, ar_vs = summarize(kept, ["lr", "ar"], baseline="lr")
+    assert lr_vs.accuracy_vs_baseline is None and ar_vs.accuracy_vs_baseline == 0.5 and ar_vs.baseline == "lr"
 
 
 def test_report_reads_a_half_finished_folder_and_says_what_is_missing(sims, data, tmp_path, capsys):
@@ -170,6 +172,13 @@ def test_report_reads_a_half_finished_folder_and_says_what_is_missing(sims, data
     assert "2 problems at once" in report.stdout
     summary = json.loads((out / "report.json").read_text())
     assert sum(m["n"] for m in summary["methods"]) == 4 and (out / "report.png").stat().st_size > 0
+    against_random = invoke(capsys, "report", str(out), "--baseline", "lr-random")
+    assert against_random.returncode == 0, against_random.stderr
+    assert "vs lr-random, points" in against_random.stdout and "report-vs-lr-random.json" in against_random.stderr
+    vs_random = json.loads((out / "report-vs-lr-random.json").read_text())
+    assert vs_random["baseline"] == "lr-random" and (out / "report-vs-lr-random.png").stat().st_size > 0
+    assert json.loads((out / "report.json").read_text()) == summary  # the report against AR is left as it was
+    one_line_error(invoke(capsys, "report", str(out), "--baseline", "sync-3"), "not a method of")
     one_line_error(invoke(capsys, "report", str(tmp_path / "nothing")), "holds no results.jsonl")
     resumed = invoke(capsys, "eval", "--dataset", "gsm8k", "--data", str(data), "--methods", "ar,lr,lr-random",
                      "--problems", "1-2", "--concurrency", "1", "--out", str(out), *options)
