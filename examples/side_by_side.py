@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from lookahead_reasoning import LookaheadConfig, LookaheadReasoner
+from lookahead_reasoning.cli.options import depth_options  # `--depth adaptive` as `lookahead run` takes it
 from lookahead_reasoning.eval.server_probe import ServerProbe
 from lookahead_reasoning.runtime.servers.endpoints import load_endpoints
 from lookahead_reasoning.runtime.theory import finite_speedup
@@ -39,8 +40,7 @@ def method_config(method: str, max_tokens: int) -> LookaheadConfig:
                                                                                                     "batched"):
         raise SystemExit(f"error: a method is ENGINE-DEPTH[-FORK] (sync-2, async-adaptive, sync-2-streamed), "
                          f"got {method!r}")
-    depth_options = {"adaptive_depth": True, "depth": 4} if depth == "adaptive" else {"depth": int(depth)}
-    return LookaheadConfig(engine=engine, max_tokens=max_tokens, fork=fork or "batched", **depth_options)
+    return LookaheadConfig(engine=engine, max_tokens=max_tokens, fork=fork or "batched", **depth_options(depth))
 
 
 def problem_range(text: str) -> range:

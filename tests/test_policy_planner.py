@@ -158,7 +158,7 @@ def test_the_planner_plans_from_the_estimates_it_is_given():
     """The planner holds no state: the same estimates give the same plan. Before the lone target step is timed,
     AR; before the slope is known, AR (which a fork probe joins), or the initial γ for the async chain pipeline,
     which cannot fork; with free branches, a cheap draft and α = 0.9, deep; measured rates that say drafting
-    rounds gain under 3 % overrule that: AR."""
+    rounds gain under 3 % overrule that, and the async chain's cold-start drafting too: AR."""
     from lookahead_reasoning.runtime.cost_model import CostModel
     from lookahead_reasoning.runtime.policy.planner import Estimates, Plan, Planner
 
@@ -170,6 +170,8 @@ def test_the_planner_plans_from_the_estimates_it_is_given():
     assert sync.plan(estimates(costs)).depth == 0 and chain.plan(estimates(costs)).depth == 0
     costs.observe_target(1, TOKENS * T, TOKENS)  # a lone step
     assert sync.plan(estimates(costs))[:2] == (0, 1) and chain.plan(estimates(costs))[:2] == (3, 1)
+    assert chain.plan(estimates(costs, gain=0.3)) == Plan(0, 1, 1.0)  # its drafting rounds ran 0.3× AR: no more
+    assert chain.plan(estimates(costs, gain=1.5))[:2] == (3, 1)
     costs = fitted_costs()  # free branches
     costs.observe_draft(0.1 * TOKENS * T, 1)
     plan = sync.plan(estimates(costs))

@@ -56,6 +56,14 @@ def test_a_method_must_name_its_engine_and_depth():
         _script().method_config("fast", 100)
 
 
+def test_adaptive_methods_start_as_lookahead_run_depth_adaptive_does():
+    from lookahead_reasoning.cli.options import ADAPTIVE_FIRST_DEPTH
+
+    config = _script().method_config("async-adaptive", 512)
+    assert config.adaptive_depth and config.depth == ADAPTIVE_FIRST_DEPTH and config.engine == "async"
+    assert _script().method_config("sync-3-streamed", 512).depth == 3
+
+
 def _probe(c: float, j: float, b2: float):
     from lookahead_reasoning.eval.server_probe import LineFit, ServerProbe, WidthCost
 

@@ -12,7 +12,9 @@ Rules, in order:
    over AR as it runs here (stretches: stretches.ar_step); AR where nothing beats 1.
 5. Where α̂ says AR but α̂ one standard error up says drafting, one drafted step: it judges more positions,
    and a few unlucky verdicts at the start cannot hold the answers at AR; never deeper on so little.
-6. Where the measured rates say drafting rounds gain under GAIN_TO_DRAFT, AR whatever the model says.
+6. Where the measured rates say drafting rounds gain under GAIN_TO_DRAFT, AR whatever the model says; this
+   holds for the rounds of rules 1 and 3 too, which learn costs by drafting: rounds measured that slow
+   (an async pipeline whose draft and target share the cores of a CPU) are not worth another lesson.
 
 A width never run is priced at α_w from the width known best (alpha.py); a tree of width W > 1 is capped at
 γ where W^γ stays within TREE_NODE_BUDGET. The planner holds no state: each call gets an `Estimates`.
@@ -155,7 +157,7 @@ class Planner:
     def plan(self, e: Estimates) -> Plan:
         """The plan (rules 1 to 6)."""
         best = self.model_plan(e)
-        if best.depth and not math.isnan(best.speedup) and e.gain is not None and e.gain < GAIN_TO_DRAFT:
+        if best.depth and e.gain is not None and e.gain < GAIN_TO_DRAFT:
             return Plan(0, 1, 1.0)
         return best
 
