@@ -26,7 +26,8 @@ def probe(
     timeout: Timeout = 300.0,
     as_json: AsJson = False,
 ):
-    """Time the servers directly: B(n), the target's costs, c, the judge's cost and the prefill rates.
+    """Time the servers directly: B(n), the target's costs, c, the judge's cost, the draft and target side by
+    side, and the prefill rates.
 
     The ground truth for the costs that the adaptive policy learns (see docs/cpu.md, "Measuring the
     servers"). The servers should be otherwise idle while it runs.
@@ -45,6 +46,10 @@ def probe(
         from rich.console import Console
 
         print_probe(Console(), result)
+
+
+def shown(value: float | None, form: str) -> str:
+    return "n/a" if value is None else form.format(value)
 
 
 def print_probe(console, result) -> None:
@@ -70,6 +75,12 @@ def print_probe(console, result) -> None:
         ("judge", f"{result.judge_s * 1000:.1f} ms", "one judge call, one pair of fresh steps"),
         ("judge in target tokens", f"{result.judge_target_tokens:.1f}", "judge / target t"),
         ("j", f"{result.j:.3f}", f"judge / one target request of {L} tokens"),
+        ("target beside draft", shown(result.target_beside_draft, "{:.2f}×"),
+         "a target request sent with a draft request, over alone"),
+        ("draft beside target", shown(result.draft_beside_target, "{:.2f}×"),
+         "a draft request sent with a target request, over alone"),
+        ("together over serial", shown(result.together_over_serial, "{:.2f}"),
+         "both sent at once over one after the other (< 1: overlapping drafting and verifying pays)"),
         ("prefill, uncached", f"{result.prefill_uncached_s_per_token * 1000:.3f} ms/token",
          f"a fresh prompt of {result.prefill_prompt_tokens} tokens, less o + t"),
         ("prefill, cached", f"{result.prefill_cached_s_per_token * 1000:.3f} ms/token", "the same prompt again"),

@@ -24,6 +24,12 @@ after another, never two at once, so no measurement shares a server with another
   steps of about L tokens each, its instructions already cached, as a round sends it. In
   seconds, in target tokens (over t), and as j, in target requests of L tokens (over the
   target's T(L)): the cost model's j for a round of one pair.
+- Side by side: a draft request and a target request of L tokens sent at the same moment, each's
+  time over its time alone, and the two together (until the later ends) over the two one after the
+  other. What an async round's overlap of drafting and verifying costs: on a GPU, or servers on their
+  own cores, each ratio is near 1 and together over serial near max(1, c)/(1 + c); where the servers
+  share a CPU's cores, the ratios show what each takes from the other (together over serial ≥ 1:
+  overlapping gains nothing).
 - Prefill: a fresh random prompt of about `prompt_tokens` tokens, one token written, less
   o + t, per uncached token (the server's own count); then the same prompt again, now in the
   radix cache, per cached token (near 0 where the cache works; o already holds the cached
@@ -37,6 +43,7 @@ import random
 import statistics
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Callable
 
@@ -95,6 +102,13 @@ class ServerProbe(BaseModel):
     judge_s: float = Field(description="one judge call on one pair of fresh steps (median)")
     judge_target_tokens: float = Field(description="judge_s in target tokens: judge_s / t")
     j: float = Field(description="judge_s in target requests of L tokens: judge_s / T(L)")
+    # None in a probe file that did not measure them
+    target_beside_draft: float | None = Field(
+        None, description="a target request sent with a draft request, over the target alone")
+    draft_beside_target: float | None = Field(
+        None, description="a draft request sent with a target request, over the draft alone")
+    together_over_serial: float | None = Field(
+        None, description="the two sent together, until the later ends, over the two one after the other")
     prefill_prompt_tokens: int = Field(description="tokens of the fresh prompt, as the server counted them")
     prefill_uncached_s_per_token: float = Field(description="seconds per uncached prompt token")
     prefill_cached_s_per_token: float = Field(description="seconds per cached prompt token")
@@ -220,6 +234,16 @@ class Probe:
             seconds, _ = timed(lambda: judge(self.backends["judge"], [pair], commit_instructions=False))
         return self.samples.add("judge", seconds)
 
+    def side_by_side(self) -> None:
+        """A target request and a draft request of L tokens sent at the same moment, each timed."""
+        with ThreadPoolExecutor(2) as pool:
+            target = pool.submit(self.continuation, "target", self.texts[:1], self.tokens)
+            draft = pool.submit(self.continuation, "draft", self.texts[:1], self.tokens)
+            target_s, draft_s = target.result()[0], draft.result()[0]
+        self.samples.add("beside_target", target_s)
+        self.samples.add("beside_draft", draft_s)
+        self.samples.add("together", max(target_s, draft_s))
+
     def prefill(self) -> None:
         """A fresh prompt of about `prompt_tokens` tokens, one token written; then the same prompt, cached."""
         prompt = random_words(self.rng, round(self.prompt_tokens * self.words_per_token))
@@ -271,6 +295,7 @@ class Probe:
             self.single("draft", self.tokens, "draft")
             self.single("draft", self.short_tokens, "draft_short")
             judge_s = self.judge_call()
+            self.side_by_side()
             self.prefill()
             shown = ", ".join(f"B({w}) {r:.2f}" for w, r in zip(self.widths, ratios))
             self.log(f"repeat {repeat + 1}/{self.repeats}: {shown}; target {self.samples.lists['single'][-1]:.3f} s, "
@@ -295,6 +320,8 @@ class Probe:
             target=target, target_single_s=single, draft=draft, draft_single_s=draft_single,
             c=draft_single / single, c_per_token=draft.per_token_s / target.per_token_s,
             judge_s=m("judge"), judge_target_tokens=m("judge") / target.per_token_s, j=m("judge") / single,
+            target_beside_draft=m("beside_target") / single, draft_beside_target=m("beside_draft") / draft_single,
+            together_over_serial=m("together") / (single + draft_single),
             prefill_prompt_tokens=self.prefill_prompt_tokens,
             prefill_uncached_s_per_token=(m("fresh") - one_token) / m("fresh_uncached"),
             prefill_cached_s_per_token=(m("cached") - one_token) / m("cached_tokens"),
@@ -306,7 +333,8 @@ def probe_servers(
     short_tokens: int = 8, prompt_tokens: int = 300, timeout_s: float = 300.0,
     log: Callable[[str], None] | None = None,
 ) -> ServerProbe:
-    """Measure B(n), the target's o and t, c, the judge's cost and the prefill rates (module docstring)."""
+    """Measure B(n), the target's o and t, c, the judge's cost, the draft and target side by side and the
+    prefill rates (module docstring)."""
     check_settings(tokens, short_tokens, widths, repeats, prompt_tokens)
     probe = Probe(connect(endpoints, timeout_s), tokens, short_tokens, widths, repeats, prompt_tokens, log)
     probe.log(f"probing {endpoints.target.url} (target), {endpoints.draft.url} (draft), {endpoints.judge.url} (judge)…")

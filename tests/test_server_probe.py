@@ -84,6 +84,26 @@ def test_the_judge_call_is_the_constrained_judge_program(free):
     assert result.j == pytest.approx(result.judge_s / result.target_single_s)
 
 
+def test_servers_of_their_own_overlap_for_free(free):
+    result, _ = free
+    assert result.target_beside_draft == pytest.approx(1.0, abs=0.15)
+    assert result.draft_beside_target == pytest.approx(1.0, abs=0.3)  # a short request: HTTP weighs more
+    assert result.together_over_serial == pytest.approx(1 / (1 + result.c), rel=0.15)  # the target alone's time
+
+
+def test_a_draft_that_shares_the_targets_capacity_shows_it_side_by_side(sim_servers):
+    """The draft on the target's own linear server: sent together, the two requests share one decode loop, as
+    two servers share a CPU's cores."""
+    with sim_servers(target={"decode_ms": TARGET_MS, "batch_slope": 1.0}, judge={"decode_ms": JUDGE_MS}) as sims:
+        endpoints = sims.endpoints()
+        endpoints.draft = endpoints.target
+        result = probe_servers(endpoints, widths=[2], tokens=24, short_tokens=6, repeats=2)
+    assert result.c == pytest.approx(1.0, rel=0.15)
+    assert result.target_beside_draft == pytest.approx(2.0, rel=0.15)
+    assert result.draft_beside_target == pytest.approx(2.0, rel=0.15)
+    assert result.together_over_serial == pytest.approx(1.0, rel=0.15)  # overlapping gains nothing
+
+
 def test_the_cli_prints_one_json_object(sim_servers, capsys):
     with sim_servers(draft={"decode_ms": DRAFT_MS}, target={"decode_ms": TARGET_MS, "batch_slope": 1.0},
                      judge={"decode_ms": JUDGE_MS}) as sims:
@@ -131,7 +151,8 @@ def test_the_probe_measures_the_real_tiny_servers(tiny_endpoints, tmp_path, caps
     positive = [w[key] for w in result["fork"] for key in ("single_s", "batch_s", "b")] + [
         result["target"]["per_token_s"], result["draft"]["per_token_s"], result["target_single_s"],
         result["draft_single_s"], result["c"], result["c_per_token"], result["judge_s"], result["j"],
-        result["judge_target_tokens"], result["prefill_prompt_tokens"],
+        result["judge_target_tokens"], result["prefill_prompt_tokens"], result["target_beside_draft"],
+        result["draft_beside_target"], result["together_over_serial"],
     ]
     assert all(math.isfinite(v) and v > 0 for v in positive), result
     finite = [result["target"]["fixed_s"], result["draft"]["fixed_s"], result["prefill_uncached_s_per_token"],

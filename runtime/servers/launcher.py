@@ -12,7 +12,11 @@ launcher. A role given a router URL uses that router, and nothing is started for
 
 CPU mode (docs/cpu.md) sets SGLANG_USE_CPU_ENGINE=1, --sleep-on-idle (an idle scheduler
 otherwise spins a whole core), --disable-overlap-schedule and a bounded KV pool, and puts
-the `common_ops` stand-in on the server's PYTHONPATH (server_models.py). Its dtype is
+the `common_ops` stand-in on the server's PYTHONPATH (server_models.py). It also sets
+OMP_WAIT_POLICY=PASSIVE unless the caller's environment sets it: the draft and target
+servers share the host's cores, and OpenMP threads that spin while they wait take those
+cores from the other server's threads (a draft request beside a target request then ran
+4x slower; passive threads let both run near their speed alone). Its dtype is
 bfloat16 where the CPU has AMX-BF16 or AVX-512-BF16 and float32 elsewhere (cpu_dtype.py);
 `dtype` or a --dtype in a server's args overrides that. GPU servers get SGLang's own dtype.
 Router commands are in router.py.
@@ -315,8 +319,7 @@ class ServerGroup:
     def dry_run(self) -> list[str]:
         """The exact commands `start` would run (ports chosen now where none were given), nothing started."""
         lines = []
-        env = "SGLANG_USE_CPU_ENGINE=1 PYTHONPATH=" + shlex.quote(str(cpu_stub_dir())) + " " \
-            if self.device == "cpu" else ""
+        env = "".join(f"{name}={shlex.quote(value)} " for name, value in self.cpu_variables().items())
         for spec in self.specs:
             if spec.router_url is not None:
                 lines.append(f"# {spec.name}: the router at {spec.router_url} (started elsewhere; nothing to start)")
@@ -338,12 +341,19 @@ class ServerGroup:
                          f"{shlex.join(self._router_command(planned))}")
         return lines
 
+    def cpu_variables(self) -> dict[str, str]:
+        """What CPU servers get on top of the caller's environment (nothing on a GPU)."""
+        if self.device != "cpu":
+            return {}
+        variables = {"SGLANG_USE_CPU_ENGINE": "1"}
+        if "OMP_WAIT_POLICY" not in os.environ:
+            variables["OMP_WAIT_POLICY"] = "PASSIVE"
+        variables["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(cpu_stub_dir()), os.environ.get("PYTHONPATH")) if p)
+        return variables
+
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        if self.device == "cpu":
-            env["SGLANG_USE_CPU_ENGINE"] = "1"
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(cpu_stub_dir()), env.get("PYTHONPATH")) if p)
-        return env
+        return {**os.environ, **self.cpu_variables()}
 
     def _spawn(self, command: list[str], env: dict[str, str] | None, log_path: Path) -> subprocess.Popen:
         with open(log_path, "ab") as log_file:
