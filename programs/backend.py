@@ -36,12 +36,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import json
 import threading
 import time
 import urllib.parse
 import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
 
 import urllib3
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError as RequestTimeout
@@ -77,6 +79,15 @@ class BackendError(RuntimeError):
         self.status = status
 
 
+class RequestAborted(BackendError):
+    """The server ended a request on `/abort_request`; `text` and `completion_tokens`: what it had written."""
+
+    def __init__(self, message: str, text: str = "", completion_tokens: int = 0):
+        super().__init__(message)
+        self.text = text
+        self.completion_tokens = completion_tokens
+
+
 def _connection_pool(base_url: str) -> urllib3.PoolManager:
     """Kept-alive connections to `base_url`, on which branches, judge pairs and tree candidates run as
     concurrent requests; through the proxy the environment names for it (HTTP_PROXY, HTTPS_PROXY,
@@ -87,6 +98,19 @@ def _connection_pool(base_url: str) -> urllib3.PoolManager:
     if proxy and not urllib.request.proxy_bypass(url.hostname or ""):
         return urllib3.ProxyManager(proxy, num_pools=4, maxsize=256)
     return urllib3.PoolManager(num_pools=4, maxsize=256)
+
+
+def _event_data(response) -> Iterator[bytes]:
+    """The `data:` payloads of a server-sent event stream, as they arrive."""
+    pending = b""
+    for chunk in response.stream(4096):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line[5:].strip()
+    if pending.startswith(b"data:"):
+        yield pending[5:].strip()
 
 
 def _timed_out(error: HTTPError) -> bool:
@@ -274,8 +298,53 @@ class LookaheadEndpoint(RuntimeEndpoint):
             raise BackendError(f"{self.base_url}/generate answered with something that is not one generation")
         finish = obj["meta_info"].get("finish_reason") or {}
         if isinstance(finish, dict) and finish.get("type") == "abort":
-            raise BackendError(f"{self.base_url} aborted a request: {finish}")
+            raise RequestAborted(f"{self.base_url} aborted a request: {finish}", str(obj.get("text", "")),
+                                 int(obj["meta_info"].get("completion_tokens", 0) or 0))
         return obj
+
+    def stream_generation(self, data: dict, on_chunk: Callable[[dict], None] | None = None) -> dict:
+        """One `/generate` request (from `generation_request`) answered as a stream: `on_chunk` sees every chunk
+        (cumulative `text` and `meta_info`, as SGLang streams them) as it arrives; returns the last one.
+
+        This is the primitive behind streamed target branches: with a request id (`with_request_id`) the
+        caller can `abort` the request while it runs, and the chunks tell what it had written by then. An
+        aborted request raises RequestAborted with that text."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        url = self.base_url + "/generate"
+        timeout = urllib3.Timeout(connect=self.timeout_s, read=self.timeout_s)
+        started = time.perf_counter()
+        try:
+            res = self._pool.request("POST", url, json={**data, "stream": True}, headers=headers, timeout=timeout,
+                                     retries=False, preload_content=False)
+        except HTTPError as error:
+            if _timed_out(error):
+                raise BackendError(f"{url} did not answer within {self.timeout_s:g} s") from None
+            raise BackendError(f"cannot reach the SGLang server at {self.base_url}") from None
+        last = None
+        try:
+            if res.status != 200:
+                raise BackendError(f"{url} answered HTTP {res.status}: {res.read()[:300].decode(errors='replace')}",
+                                   res.status)
+            for payload in _event_data(res):
+                if payload == b"[DONE]":
+                    break
+                try:
+                    last = json.loads(payload)
+                except ValueError:
+                    raise BackendError(f"{url} streamed something that is not JSON") from None
+                if on_chunk is not None and isinstance(last, dict):
+                    on_chunk(last)
+        except HTTPError as error:
+            if _timed_out(error):
+                raise BackendError(f"{url} did not answer within {self.timeout_s:g} s") from None
+            raise BackendError(f"the SGLang server at {self.base_url} broke off a stream") from None
+        finally:
+            res.release_conn()
+        if self.request_log is not None:
+            self.request_log.append((started, time.perf_counter()))
+        if last is None:
+            raise BackendError(f"{url} ended a stream without a generation")
+        return self._one_generation(last)
 
     def _generate_each(self, requests_: list[dict]) -> list[dict]:
         """Several single requests at once, answered in their order. On an error or Ctrl-C the others are

@@ -6,6 +6,8 @@ decides what to run next; that is the runtime's job.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from lookahead_reasoning.programs.backend import LookaheadEndpoint
 from lookahead_reasoning.programs.judge import JudgeAnswer, judge
 from lookahead_reasoning.programs.prompts import question_message
@@ -18,6 +20,7 @@ from lookahead_reasoning.programs.steps import (
     run_in_this_thread,
     sample_steps,
     target_steps,
+    target_stream,
 )
 
 
@@ -87,14 +90,17 @@ class SGLangStepModels:
             self.target_sampling, commit_prefix=commit_prefix and len(continuations) > 1,
         )
 
-    def target_branch(self, prefix: str, continuation: str, max_step_tokens: int, rid: str) -> StepOutput:
-        """The target's step after `prefix + continuation` as a request of its own, with SGLang request id
-        `rid` (so that `abort_target(rid)` can stop it); the prefix is expected in the radix cache."""
-        [step] = target_steps(
-            self.target_backend.with_request_id(rid), prefix, [continuation], self.delimiter, max_step_tokens,
-            self.target_sampling, commit_prefix=False,
+    def target_branch(
+        self, prefix: str, continuation: str, max_step_tokens: int, rid: str,
+        on_tokens: Callable[[int], None] | None = None,
+    ) -> StepOutput:
+        """The target's step after `prefix + continuation` as a streamed request of its own, with SGLang request
+        id `rid` (so that `abort_target(rid)` can stop it; it then raises RequestAborted); `on_tokens` hears
+        the tokens written so far. The prefix is expected in the radix cache."""
+        return target_stream(
+            self.target_backend.with_request_id(rid), prefix, continuation, self.delimiter, max_step_tokens,
+            self.target_sampling, on_tokens,
         )
-        return step
 
     def abort_target(self, rid: str) -> bool:
         """Stop the target request `rid` on its server; whether the server said yes."""

@@ -94,6 +94,21 @@ def target_steps(backend, prefix, continuations, delimiter, max_step_tokens, sam
     return _read_steps(backend.generate_batch(requests), delimiter)
 
 
+def target_stream(backend, prefix, continuation, delimiter, max_step_tokens, sampling, on_tokens=None) -> StepOutput:
+    """The target's step after `prefix + continuation` as one streamed request (`stream_generation`): with the
+    backend's request id, the caller can abort it while it runs. `on_tokens(n)` hears the completion tokens
+    written so far as they stream in. The prefix is not committed first: it is expected in the radix cache."""
+    request = backend.generation_request(prefix + continuation, _step_params(delimiter, max_step_tokens, sampling))
+
+    def progress(chunk: dict) -> None:
+        tokens = (chunk.get("meta_info") or {}).get("completion_tokens")
+        if on_tokens is not None and isinstance(tokens, int):
+            on_tokens(tokens)
+
+    [step] = _read_steps([backend.stream_generation(request, progress)], delimiter)
+    return step
+
+
 def continue_texts(backend, texts: list[str], max_new_tokens: int, ignore_eos: bool = True) -> list[StepOutput]:
     """A greedy continuation of `max_new_tokens` tokens after each text, all in one batch (one `/generate` with
     a list of texts where there are several, as a fork's branches go: `LookaheadEndpoint.generate_batch`).

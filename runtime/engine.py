@@ -47,9 +47,10 @@ from lookahead_reasoning.errors import (
     Cancelled, LookaheadError, ServerFailure, TimeLimitExceeded, first_line, target_failed,
 )
 from lookahead_reasoning.runtime.pipeline import run_chain_round
-from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, StepRecord
+from lookahead_reasoning.runtime.branches import Branch, start_branch, supports_streaming
+from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, StepRecord, TraceSpan
 from lookahead_reasoning.runtime.stats import RunMetrics
-from lookahead_reasoning.runtime.streamed_fork import stream_fork, supports_streaming
+from lookahead_reasoning.runtime.streamed_fork import stream_fork
 from lookahead_reasoning.runtime.tree import ROOT, DraftTree, draft_tree, target_branches, walk_tree
 from lookahead_reasoning.verifiers.base import Verdict, Verifier
 
@@ -110,6 +111,8 @@ class RoundWork:
     draft_steps: int = 0
     branch_tokens: list[int] = field(default_factory=list)
     first_candidates: int | None = None  # None: the walk's accepted count (a chain)
+    spans: list[TraceSpan] = field(default_factory=list)
+    decided_s: float | None = None
 
 
 class _AnswerState:
@@ -125,6 +128,14 @@ class _AnswerState:
         self.drafting = True
         self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lookahead-answer")  # concurrent requests
         self.next_window: tuple[Future, str] | None = None  # async trees: the next window and the prefix it follows
+        self.handed_on: Branch | None = None  # streamed rounds: the target's step after the kept text, running
+
+    def clock(self, moment: float) -> float:
+        """A time.perf_counter() reading as seconds since the answer started (the trace's time axis)."""
+        return moment - self.metrics.started
+
+    def span(self, role: str, label: str, start: float, end: float, tokens: int = 0, fate: str = "") -> TraceSpan:
+        return TraceSpan(role=role, label=label, start=self.clock(start), end=self.clock(end), tokens=tokens, fate=fate)
 
     @property
     def prefix(self) -> str:
@@ -186,6 +197,8 @@ class Engine:
         try:
             self._loop(state, self.policy)
         finally:
+            if state.handed_on is not None:  # the answer ended (EOS, the token cap, an error) before its next round
+                state.handed_on.abort()
             # requests of discarded speculation may still be in flight when the answer ends: don't wait for them
             state.pool.shutdown(wait=False, cancel_futures=True)
             self.policy.answer_finished()
@@ -197,7 +210,9 @@ class Engine:
             self._check_deadline()
             started = time.perf_counter()
             plan = self._plan(state, policy)
-            if plan.stretch_tokens:
+            if state.handed_on is not None and not self._streams(plan):
+                record = self._streamed_round(state, RoundPlan(0), started)  # keep the running target step first
+            elif plan.stretch_tokens:
                 record = self._ar_stretch(state, plan.stretch_tokens, started)
             else:
                 record = self._drafting_round(state, plan, started)
@@ -207,6 +222,66 @@ class Engine:
     def _drafting_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         """One round that drafts `plan.depth` steps (none for an AR round of one step) and verifies them."""
         raise NotImplementedError
+
+    def _streams(self, plan: RoundPlan) -> bool:
+        """Whether the round of `plan` runs as streamed branches decided as they arrive (streamed_fork.py)."""
+        return False
+
+    def _streamed_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
+        """A chain round of streamed branches that ends at its decision (streamed_fork.py). t_0, the target's step
+        after the prefix, runs while the draft writes: it was handed on by the round before, or starts now."""
+        cap = self._cap(state)
+        root, state.handed_on = state.handed_on, None
+        if root is not None and root.after != state.prefix:  # cannot happen by the walk's rule; never keep it
+            root.abort()
+            root = None
+        try:
+            if root is None:
+                root = start_branch(self.models, state.pool, state.prefix, "", cap)
+        except Exception as error:
+            raise target_failed(error) from None
+        tree, draft_s = DraftTree([]), 0.0
+        if plan.depth:
+            try:
+                tree = self._draft(state.prefix, plan, cap)
+            except Exception as error:
+                state.draft_failed(error)
+            draft_s = time.perf_counter() - started
+        state.metrics.count_tokens("draft", [node.step for node in tree.nodes])
+        t1 = time.perf_counter()
+        try:
+            with self.policy.target_load.track(1 + sum(n.step.complete for n in tree.nodes)) as load:
+                fork = stream_fork(self.models, state.pool, state.prefix, tree, root, cap,
+                                   lambda pairs: self.verify(state, pairs))
+        except Exception as error:
+            raise target_failed(error) from None
+        state.handed_on = fork.handed_on
+        returned = list(fork.target_after.values())  # the branches the round waited for
+        state.metrics.count_tokens("target", returned)
+        verdicts = [fork.verdicts.get(i, Verdict(False, None, "unjudged")) for i in range(len(tree.nodes))]
+        walk = self._walk(state)
+        walk_tree(tree, verdicts, fork.target_after, walk)
+        judged = [
+            JudgedDraft(draft=tree.nodes[i].step.text, target=fork.target_after[tree.nodes[i].parent].text,
+                        accept=verdicts[i].accept, score=verdicts[i].score, method=verdicts[i].method)
+            for i in sorted(fork.verdicts)
+        ]
+        spans = [state.span("draft", "d1" if len(tree.nodes) == 1 else f"d1..d{len(tree.nodes)}", started,
+                            started + draft_s, sum(n.step.completion_tokens for n in tree.nodes))] if tree.nodes else []
+        for node, branch in fork.branches.items():
+            spans.append(state.span("target", f"t{node + 1}", branch.started, branch.ended or fork.decided,
+                                    branch.tokens, branch.fate))
+        for start, end, pairs in fork.judge_calls:
+            spans.append(state.span("verify", f"{pairs} pair{'s' * (pairs > 1)}", start, end, pairs))
+        waited = [t.completion_tokens for t in returned]
+        return self._finish_round(state, walk, RoundWork(
+            depth=plan.depth, started=started, judged=judged, draft_s=draft_s,
+            target_s=max(0.0, fork.decided - t1 - fork.verify_s), verify_s=fork.verify_s,
+            branches=len(fork.branches), target_tokens=max(waited, default=0),
+            target_tokens_all=sum(b.tokens for b in fork.branches.values()), target_others=load.others,
+            draft_tokens=sum(n.step.completion_tokens for n in tree.nodes), draft_steps=len(tree.nodes),
+            branch_tokens=waited, spans=spans, decided_s=state.clock(fork.decided),
+        ))
 
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -251,6 +326,8 @@ class Engine:
             depth=0, started=started, target_s=time.perf_counter() - t1, target_tokens=output.completion_tokens,
             target_steps=len(steps), target_tokens_all=output.completion_tokens, target_others=load.others,
             target_server_s=output.server_s,
+            spans=[state.span("target", f"{len(steps)} steps in one request", t1, time.perf_counter(),
+                              output.completion_tokens, "kept")],
         ))
 
     def _verify_round(
@@ -269,33 +346,22 @@ class Engine:
         if probe_tokens:  # the start of the same step once more in the fork: what a second branch costs, B(2)
             continuations.append("")
             caps = [cap, min(cap, probe_tokens)]
-        streamed = (self.config.fork == "streamed" and tree.width == 1 and bool(state.log) and len(branches) > 1
-                    and not probe_tokens and supports_streaming(self.models))
         try:
             with self.policy.target_load.track(len(continuations)) as load:
-                if streamed:
-                    fork = stream_fork(self.models, state.pool, state.prefix, tree, branches, cap,
-                                       lambda pairs: self.verify(state, pairs))
-                else:
-                    # after the first round the prefix was written by a target branch: already in the cache
-                    targets = self.models.target(state.prefix, continuations, caps, commit_prefix=not state.log)
+                # after the first round the prefix was written by a target branch: already in the cache
+                targets = self.models.target(state.prefix, continuations, caps, commit_prefix=not state.log)
         except Exception as error:
             raise target_failed(error) from None
-        if streamed:
-            returned = outputs = list(fork.target_after.values())  # the branches the round waited for
-            target_after, found, verify_s = fork.target_after, fork.verdicts, fork.verify_s
-            target_s = time.perf_counter() - t1 - verify_s  # the judge overlapped the branches it did not wait for
-        else:
-            if len(targets) != len(continuations):
-                raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
-            returned, outputs = targets[: len(branches)], targets  # outputs: a fork probe's branch too
-            target_after = dict(zip(branches, targets))
-            t2 = time.perf_counter()
-            target_s = t2 - t1
-            judgeable = [i for i, n in enumerate(tree.nodes) if n.parent in target_after]
-            pairs = [(target_after[tree.nodes[i].parent].text, tree.nodes[i].step.text) for i in judgeable]
-            found = dict(zip(judgeable, self.verify(state, pairs)))
-            verify_s = time.perf_counter() - t2
+        if len(targets) != len(continuations):
+            raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
+        returned, outputs = targets[: len(branches)], targets  # outputs: a fork probe's branch too
+        target_after = dict(zip(branches, targets))
+        t2 = time.perf_counter()
+        target_s = t2 - t1
+        judgeable = [i for i, n in enumerate(tree.nodes) if n.parent in target_after]
+        pairs = [(target_after[tree.nodes[i].parent].text, tree.nodes[i].step.text) for i in judgeable]
+        found = dict(zip(judgeable, self.verify(state, pairs)))
+        verify_s = time.perf_counter() - t2
         state.metrics.count_tokens("target", returned)  # the first round's root branch gives the run's prompt tokens
         judged_nodes = sorted(found)
         verdicts = [found.get(i, Verdict(False, None, "unjudged")) for i in range(len(tree.nodes))]
@@ -318,7 +384,23 @@ class Engine:
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, draft_steps=tree.depth,
             branch_tokens=[t.completion_tokens for t in returned], width=tree.width,
             measuring=plan.measuring and bool(tree.nodes), first_candidates=first_children,
+            spans=self._batched_spans(state, tree, started, draft_s, t1, t2, verify_s, outputs, len(judged)),
+            decided_s=state.clock(t2 + verify_s),
         ))
+
+    @staticmethod
+    def _batched_spans(state: _AnswerState, tree: DraftTree, started: float, draft_s: float, t1: float, t2: float,
+                       verify_s: float, outputs: list[StepOutput], pairs: int) -> list[TraceSpan]:
+        """A batched round on the timeline: its draft, its fork as one request, its judge call."""
+        spans = []
+        if tree.nodes:
+            spans.append(state.span("draft", f"d1..d{tree.depth}" if tree.depth > 1 else "d1", t1 - draft_s, t1,
+                                    sum(n.step.completion_tokens for n in tree.nodes)))
+        label = "t1" if len(outputs) == 1 else f"t1..t{len(outputs)} (one batch)"
+        spans.append(state.span("target", label, t1, t2, sum(o.completion_tokens for o in outputs), "judged"))
+        if pairs:
+            spans.append(state.span("verify", f"{pairs} pair{'s' * (pairs > 1)}", t2, t2 + verify_s, pairs))
+        return spans
 
     def _finish_round(self, state: _AnswerState, walk: AcceptanceWalk, work: RoundWork) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
@@ -367,7 +449,15 @@ class Engine:
 class SyncEngine(Engine):
     mode = "sync"
 
+    def _streams(self, plan: RoundPlan) -> bool:
+        """Chain rounds stream (fork="streamed") where the models can send a branch alone; fork probes and measuring
+        rounds time one batched fork."""
+        return (self.config.fork == "streamed" and plan.width == 1 and not plan.probe_tokens and not plan.measuring
+                and not plan.stretch_tokens and supports_streaming(self.models))
+
     def _drafting_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
+        if self._streams(plan):
+            return self._streamed_round(state, plan, started)
         cap = self._cap(state)
         tree = DraftTree([])
         if plan.depth:
@@ -404,7 +494,26 @@ class AsyncEngine(Engine):
             draft_tokens=sum(pipe.draft_tokens), draft_steps=len(pipe.draft_times),
             branch_tokens=list(pipe.target_tokens),
             target_others=statistics.mean(pipe.target_others) if pipe.target_others else None,
+            spans=self._pipeline_spans(state, pipe, walk), decided_s=state.clock(time.perf_counter()),
         ))
+
+    @staticmethod
+    def _pipeline_spans(state: _AnswerState, pipe, walk: AcceptanceWalk) -> list[TraceSpan]:
+        """A pipelined round on the timeline: each drafted step, each target branch, each judge call."""
+        spans = [state.span("draft", f"d{i}", start, end, tokens)
+                 for i, (start, end, tokens) in enumerate(pipe.draft_spans, start=1)]
+        kept_target = walk.outputs[-1] if walk.kept and walk.kept[-1].source == "target" else None
+        for i, branch in sorted(pipe.branches.items()):
+            fate = branch.fate
+            if fate == "running":
+                done = pipe.targets.get(i)
+                fate = "kept" if done is not None and done.done() and not done.exception() and \
+                    done.result() is kept_target else ("judged" if branch.ended is not None else "unused")
+            spans.append(state.span("target", f"t{i}", branch.started, branch.ended or time.perf_counter(),
+                                    branch.tokens, fate))
+        spans += [state.span("verify", f"{pairs} pair{'s' * (pairs > 1)}", start, end, pairs)
+                  for start, end, pairs in pipe.judge_calls]
+        return spans
 
     def _timed_draft(self, prefix: str, plan: RoundPlan, cap: int) -> tuple[DraftTree, float]:
         t0 = time.perf_counter()

@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.runtime.acceptance import AcceptanceWalk
+from lookahead_reasoning.runtime.branches import Branch, new_branch, supports_streaming
 from lookahead_reasoning.runtime.depth import TargetLoad
 from lookahead_reasoning.errors import target_failed
 from lookahead_reasoning.runtime.results import JudgedDraft
@@ -49,6 +50,10 @@ class ChainPipeline:
         self.target_tokens: list[int] = []
         self.target_others: list[float] = []  # target requests in flight beside each (its siblings included)
         self.draft_error: BaseException | None = None
+        self.streams = supports_streaming(models)  # target steps as branches that a rejection aborts
+        self.branches: dict[int, Branch] = {}
+        self.draft_spans: list[tuple[float, float, int]] = []  # (start, end, tokens) of each drafted step
+        self.judge_calls: list[tuple[float, float, int]] = []  # (start, end, pairs)
         self._launch_target(0, "")
         if depth > 0:
             pool.submit(self._drafter)
@@ -66,7 +71,15 @@ class ChainPipeline:
             t0 = time.perf_counter()
             try:
                 with self.load.track(1) as load:
-                    [step] = self.models.target(self.prefix, [continuation], self.cap)
+                    if self.streams:
+                        branch = new_branch(self.models, self.prefix, continuation)
+                        with self.lock:
+                            self.branches[i] = branch
+                            if self.cancelled:
+                                branch.fate = "aborted"
+                        step = branch.run(self.cap)
+                    else:
+                        [step] = self.models.target(self.prefix, [continuation], self.cap)
             except BaseException as error:
                 future.set_exception(error)
                 return
@@ -91,6 +104,7 @@ class ChainPipeline:
                 [step] = self.models.draft(self.prefix + text, 1, self.cap)
                 self.draft_times.append(time.perf_counter() - t0)
                 self.draft_tokens.append(step.completion_tokens)
+                self.draft_spans.append((t0, time.perf_counter(), step.completion_tokens))
                 if self.cancelled:
                     return
                 text += step.text
@@ -119,9 +133,13 @@ class ChainPipeline:
             self.lock.notify_all()
 
     def cancel(self) -> None:
+        """End the round: nothing more is drafted or sent, and target branches still running are aborted."""
         with self.lock:
             self.cancelled = True
             self.lock.notify_all()
+            running = [b for b in self.branches.values() if not b.done()]
+        for branch in running:
+            branch.abort()
 
 
 def run_chain_round(engine, state, walk: AcceptanceWalk, depth: int, cap: int, pool: ThreadPoolExecutor):
@@ -147,6 +165,7 @@ def run_chain_round(engine, state, walk: AcceptanceWalk, depth: int, cap: int, p
             state.metrics.count_tokens("draft", [d])
             t0 = time.perf_counter()
             [verdict] = engine.verify(state, [(t_prev.text, d.text)])
+            pipe.judge_calls.append((t0, time.perf_counter(), 1))
             verify_s += time.perf_counter() - t0
             judged.append(JudgedDraft(draft=d.text, target=t_prev.text, accept=verdict.accept,
                                       score=verdict.score, method=verdict.method))

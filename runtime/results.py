@@ -30,6 +30,17 @@ class JudgedDraft(BaseModel):
     method: str
 
 
+class TraceSpan(BaseModel):
+    """One request of a round on the run's timeline, for `lookahead trace` (seconds since the answer started)."""
+
+    role: Literal["draft", "target", "verify"]
+    label: str  # d1..dm for the draft's steps, t0..tm for target branches, the judged positions for verify
+    start: float
+    end: float
+    tokens: int = 0  # completion tokens written (for an aborted branch: by the time it was stopped)
+    fate: str = ""  # target branches: kept, judged, handed on, aborted, unused
+
+
 class RoundRecord(BaseModel):
     index: int
     depth: int  # γ asked of the draft this round (0: no drafting)
@@ -61,6 +72,8 @@ class RoundRecord(BaseModel):
     # accepted positions from the round's start that were each level's first candidate (all, for a chain): the
     # path the async tree engine drafts the next window from, so whether that window can be used
     first_candidates: int = 0
+    spans: list[TraceSpan] = []  # the round's requests on the answer's timeline (trace.py draws them)
+    decided_s: float | None = None  # when the round's outcome was known, seconds since the answer started
 
     @computed_field
     @property

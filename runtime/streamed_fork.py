@@ -1,94 +1,119 @@
-"""A sync chain round's target fork, judged as its branches finish.
+"""A sync chain round's target fork as streamed branches, decided as they arrive.
 
-The fork's branches t_0..t_m (t_k: the target's step after d_1..d_k) run as concurrent
-requests, so the server batches them as it would one batched request. Instead of
-waiting for the longest, the round judges d_k against t_{k-1} as soon as t_{k-1} has
-arrived (every branch that is in by then goes into the same judge call), in order:
+The fork's branches t_0..t_m (t_k: the target's step after d_1..d_k) are streamed requests
+(branches.py). t_0, the target's step after the round's prefix, is already running when the
+draft writes its window: it was started at the round's start, or handed on by the round
+before. The round judges d_k against t_{k-1} as soon as t_{k-1} has ended (every branch
+that is in by then goes into the same judge call), in order, and ends at its decision:
 
-- a rejection at position k decides the round: t_{k-1} is kept, and the branches after
-  it can never be kept, so they are aborted on the server (`/abort_request`);
+- a rejection at position k: t_{k-1} is kept, and the branches after it can never be
+  kept, so they are aborted on the server (`/abort_request`);
 - an accepted step that ended on EOS or its cap ends the window the same way;
-- after the whole window is accepted, the round waits for the bonus branch t_m.
+- the whole window accepted: the bonus branch t_m is the target's own step after the kept
+  text, what the target alone would write next. The round does not wait for it: it is
+  handed on, still running, as the next round's t_0.
 
-A round thus ends with the branches it keeps or needs to judge, not with the longest
-branch, and the judge's calls overlap the branches still running. What is kept is the
-same as with one batched fork: the acceptance walk (tree.walk_tree) reads only the
-branches and verdicts gathered here.
+So no round waits for a branch it will not keep, and no branch after the kept text is
+sent twice. What is kept is what one batched fork keeps, given the same verdicts: the
+acceptance walk (tree.walk_tree) reads only the branches and verdicts gathered here; a
+handed-on bonus step is kept one round later, as that round's t_0.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.runtime.acceptance import accepts
+from lookahead_reasoning.runtime.branches import Branch, outcome, start_branch
 from lookahead_reasoning.runtime.tree import ROOT, DraftTree
 from lookahead_reasoning.verifiers.base import Verdict
 
 
 @dataclass
 class StreamedFork:
-    """What a streamed fork gathered: the branches that came back, the verdicts, the judge's time."""
+    """What a streamed fork gathered: the branches that came back, the verdicts, the judge's calls."""
 
-    target_after: dict[int, StepOutput] = field(default_factory=dict)  # branch node (ROOT: the prefix) -> t
+    branches: dict[int, Branch] = field(default_factory=dict)  # branch node (ROOT: the prefix) -> branch
+    target_after: dict[int, StepOutput] = field(default_factory=dict)  # branch node -> its step, where waited for
     verdicts: dict[int, Verdict] = field(default_factory=dict)  # judged node -> verdict
-    verify_s: float = 0.0  # the judge's calls, summed (they overlap branches still running)
+    judge_calls: list[tuple[float, float, int]] = field(default_factory=list)  # (start, end, pairs), perf_counter
+    handed_on: Branch | None = None  # the bonus branch after a wholly accepted window, still running
+    decided: float = 0.0  # time.perf_counter() at the decision
 
-
-def supports_streaming(models) -> bool:
-    """Whether the models can send one target branch with a request id, and abort it."""
-    return callable(getattr(models, "target_branch", None)) and callable(getattr(models, "abort_target", None))
+    @property
+    def verify_s(self) -> float:
+        """The judge's calls, summed (they overlap branches still running)."""
+        return sum(end - start for start, end, _ in self.judge_calls)
 
 
 def stream_fork(
-    models, pool: ThreadPoolExecutor, prefix: str, tree: DraftTree, branches: list[int], cap: int, judge,
+    models, pool: ThreadPoolExecutor, prefix: str, tree: DraftTree, root: Branch, cap: int, judge,
 ) -> StreamedFork:
-    """Run `branches` of a chain tree and judge its nodes in order as their parents' branches arrive.
-
-    `judge(pairs)` returns one verdict per (target step, draft step) pair; target failures propagate
-    from the branch's future. Branches not needed when the walk is decided are aborted."""
-    rids = {b: f"lookahead-{uuid.uuid4().hex}" for b in branches}
-    futures: dict[int, Future] = {}
-    for b in branches:
-        continuation = "" if b == ROOT else tree.nodes[b].path
-        futures[b] = pool.submit(models.target_branch, prefix, continuation, cap, rids[b])
-    out = StreamedFork()
+    """Send a branch after every complete node of a chain `tree` (t_0, `root`, already runs) and judge its nodes in
+    order as their parents' branches end. `judge(pairs)` returns one verdict per (target step, draft step)
+    pair; a target failure propagates from its branch. Branches not needed at the decision are aborted; the
+    bonus branch of a wholly accepted window is handed on."""
+    out = StreamedFork(branches={ROOT: root})
+    for i, node in enumerate(tree.nodes):
+        if node.step.complete:
+            out.branches[i] = start_branch(models, pool, prefix, node.path, cap)
     try:
-        _judge_in_order(tree, futures, judge, out)
+        last = _judge_in_order(tree, out, judge)
+        out.decided = time.perf_counter()
+        if last is not None and last in out.branches:
+            out.handed_on = out.branches[last]
+            out.handed_on.fate = "handed on"
     finally:
-        for b, future in futures.items():
-            if not future.done() and not future.cancel():  # already sent: stop it on the server
-                models.abort_target(rids[b])
+        for branch in out.branches.values():
+            if branch.fate == "running":
+                if branch.done():
+                    branch.fate = "unused"
+                else:
+                    branch.abort()
     return out
 
 
-def _judge_in_order(tree: DraftTree, futures: dict[int, Future], judge, out: StreamedFork) -> None:
-    """Judge nodes 0, 1, … (a chain: node k's parent is k−1) until one decides the walk."""
+def _arrived(out: StreamedFork, node: int) -> StepOutput:
+    branch = out.branches[node]
+    step = outcome(branch)
+    if step is None:
+        raise RuntimeError(f"target branch {branch.rid} was aborted while the round needed it")
+    branch.fate = "judged"
+    out.target_after[node] = step
+    return step
+
+
+def _judge_in_order(tree: DraftTree, out: StreamedFork, judge) -> int | None:
+    """Judge nodes 0, 1, … (a chain: node k's parent is k−1) until one decides the walk; the last node when
+    the whole window was accepted and ended on the delimiter (its branch is the bonus), else None."""
     k, n = 0, len(tree.nodes)
+    if n == 0:  # nothing drafted: the round keeps t_0
+        _arrived(out, ROOT)
+        out.branches[ROOT].fate = "kept"
+        return None
     while k < n:
         parent = tree.nodes[k].parent
-        if parent not in futures:  # no branch after the parent: nothing to judge against
-            return
-        out.target_after[parent] = futures[parent].result()
-        ready = [k]  # with every following node whose parent's branch is already in
+        _arrived(out, parent)
+        ready = [k]  # with every following node whose parent's branch has already ended
         while ready[-1] + 1 < n:
-            after = futures.get(tree.nodes[ready[-1] + 1].parent)
+            after = out.branches.get(tree.nodes[ready[-1] + 1].parent)
             if after is None or not after.done():
                 break
-            out.target_after[tree.nodes[ready[-1] + 1].parent] = after.result()
+            _arrived(out, tree.nodes[ready[-1] + 1].parent)
             ready.append(ready[-1] + 1)
         started = time.perf_counter()
         verdicts = judge([(out.target_after[tree.nodes[i].parent].text, tree.nodes[i].step.text) for i in ready])
-        out.verify_s += time.perf_counter() - started
+        out.judge_calls.append((started, time.perf_counter(), len(ready)))
         for i, verdict in zip(ready, verdicts):
             out.verdicts[i] = verdict
             step = tree.nodes[i].step
-            if not accepts(verdict, step, out.target_after[tree.nodes[i].parent]) or not step.complete:
-                return
+            if not accepts(verdict, step, out.target_after[tree.nodes[i].parent]):
+                out.branches[tree.nodes[i].parent].fate = "kept"
+                return None
+            if not step.complete:
+                return None
         k = ready[-1] + 1
-    last = n - 1
-    if last in futures:  # the whole window was accepted: the target's step after it is kept
-        out.target_after[last] = futures[last].result()
+    return n - 1

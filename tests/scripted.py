@@ -91,10 +91,13 @@ class ScriptedModels:
         caps = max_step_tokens if isinstance(max_step_tokens, list) else [max_step_tokens or 100] * len(continuations)
         return [self.target_model.next_step(text + c, cap) for c, cap in zip(continuations, caps)]
 
-    def target_branch(self, prefix: str, continuation: str, max_step_tokens: int, rid: str) -> StepOutput:
-        """One branch as its own request (the sync engine's streamed fork)."""
+    def target_branch(self, prefix: str, continuation: str, max_step_tokens: int, rid: str,
+                      on_tokens=None) -> StepOutput:
+        """One branch as its own request (streamed rounds); `on_tokens` hears its length once it is written."""
         self.branch_rids.append(rid)
         [step] = self.target(prefix, [continuation], max_step_tokens, commit_prefix=False)
+        if on_tokens is not None:
+            on_tokens(step.completion_tokens)
         return step
 
     def abort_target(self, rid: str) -> bool:

@@ -1,19 +1,24 @@
-"""The sync engine's streamed fork (runtime/streamed_fork.py): judged as branches finish, wasted ones aborted."""
+"""Rounds that end at their decision (runtime/streamed_fork.py, runtime/branches.py): judged as branches end,
+branches that can no longer be kept aborted, the bonus branch handed on to the next round still running."""
 
+import random
 import threading
+import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scripted import ScriptedJudge, ScriptedModels
+from scripted import DELIM, ScriptedJudge, ScriptedModels
 
-from lookahead_reasoning.programs.backend import BackendError
+from lookahead_reasoning.programs.backend import RequestAborted
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.engine import SyncEngine
+from lookahead_reasoning.runtime.engine import AsyncEngine, SyncEngine
 from lookahead_reasoning.verifiers import FastPathVerifier
+from lookahead_reasoning.verifiers.registry import make_verifier
 
 TARGET = ["s0 a", "s1 b", "s2 c", "s3 d", "s4 e", "s5 f \\boxed{5}"]
 DRAFT = ["s0 a", "s1 b", "s2 c", "wrong x", "wrong y", "s5 f \\boxed{5}"]
 ACCEPT = {"a", "b", "c", "d", "e", "f"}  # the scripted judge accepts a draft step holding one of these words
+AR_TEXT = "".join(s + DELIM for s in TARGET[:-1]) + TARGET[-1]
 
 
 class BatchOnly(ScriptedModels):
@@ -24,61 +29,124 @@ class BatchOnly(ScriptedModels):
 
 
 class HeldBranches(ScriptedModels):
-    """Branches after a draft step holding "wrong" stay in flight until aborted (or 30 s pass)."""
+    """Branches whose continuation `holds(continuation)` stay in flight until released or aborted (or 5 s pass,
+    then the branch fails: a round that waits for one fails with it)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, holds=lambda continuation: "wrong" in continuation, **kwargs):
         super().__init__(*args, **kwargs)
-        self.released: dict[str, threading.Event] = {}
+        self.holds = holds
+        self.events: dict[str, threading.Event] = {}
+        self.held: list[str] = []  # continuations held, in order
         self.returned: list[str] = []
+        self.lock = threading.Lock()
 
-    def target_branch(self, prefix, continuation, max_step_tokens, rid):
-        if "wrong" in continuation:
-            event = self.released.setdefault(rid, threading.Event())
-            if not event.wait(timeout=30):
-                raise TimeoutError("the round waited for a branch it could never keep")
-            if rid in self.aborted:  # as SGLang ends an aborted request: an error, not a step
-                raise BackendError(f"aborted request {rid}")
-        step = super().target_branch(prefix, continuation, max_step_tokens, rid)
+    def event(self, rid):
+        with self.lock:
+            return self.events.setdefault(rid, threading.Event())
+
+    def release_all(self):
+        with self.lock:
+            for event in self.events.values():
+                event.set()
+
+    def target_branch(self, prefix, continuation, max_step_tokens, rid, on_tokens=None):
+        if self.holds(continuation):
+            self.held.append(continuation)
+            if on_tokens is not None:
+                on_tokens(1)  # the server has started writing it
+            if not self.event(rid).wait(timeout=5):
+                raise TimeoutError("the round waited for a held branch")
+            if rid in self.aborted:  # as SGLang ends an aborted request
+                raise RequestAborted(f"aborted request {rid}", "partial", 1)
+        step = super().target_branch(prefix, continuation, max_step_tokens, rid, on_tokens)
         self.returned.append(continuation)
         return step
 
     def abort_target(self, rid):
         super().abort_target(rid)
-        self.released.setdefault(rid, threading.Event()).set()
+        self.event(rid).set()
         return True
 
 
-def sync_run(models, words=ACCEPT, depth=2, fork="streamed", **config):
-    verifier = FastPathVerifier(ScriptedJudge(words))
-    return SyncEngine(LookaheadConfig(depth=depth, fork=fork, **config), models, verifier).answer("q")
+def sync_run(models, words=ACCEPT, depth=2, fork="streamed", on_round=None, verifier=None, **config):
+    verifier = verifier or FastPathVerifier(ScriptedJudge(words))
+    return SyncEngine(LookaheadConfig(depth=depth, fork=fork, **config), models, verifier, on_round=on_round).answer("q")
+
+
+class HeldAfterRejection(HeldBranches):
+    """The step "s3 d" (whose draft is rejected) ends only once a branch after the rejected draft is in flight."""
+
+    def target_branch(self, prefix, continuation, max_step_tokens, rid, on_tokens=None):
+        if continuation.endswith("s2 c" + DELIM):
+            deadline = time.monotonic() + 5
+            while not self.held and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return super().target_branch(prefix, continuation, max_step_tokens, rid, on_tokens)
 
 
 def test_a_rejection_ends_the_round_without_waiting_for_the_branches_after_it():
-    models = HeldBranches(TARGET, DRAFT)
-    result = sync_run(models)
-    second = result.round_log[1]
-    assert [s.text for s in second.kept] == ["s3 d\n\n"]  # d_1 "wrong x" rejected: the target's own step
-    assert [j.draft for j in second.judged] == ["wrong x\n\n"]  # d_2 was never judged: its fate was known
+    models = HeldAfterRejection(TARGET, DRAFT)
+    result = sync_run(models, depth=3)
+    rejected = next(r for r in result.round_log if r.positions > r.accepted)
+    # round 0 kept s0..s2 and handed on t_3 ("s3 d"); round 1 drafted "wrong x", "wrong y", …
+    assert [(s.text, s.source) for s in rejected.kept] == [("s3 d\n\n", "target")]
+    assert [j.draft for j in rejected.judged] == ["wrong x\n\n"]  # "wrong y" was never judged: its fate was known
     # every held branch that reached the server was aborted (one not yet started is cancelled before it is sent)
-    assert models.released and set(models.released) <= set(models.aborted)
+    assert models.held and all(rid in models.aborted for rid in models.events)
     assert not any("wrong" in c for c in models.returned)
-    assert result.text == "".join(s + "\n\n" for s in TARGET[:-1]) + TARGET[-1]
+    assert result.text == AR_TEXT
+    fates = {span.fate for r in result.round_log for span in r.spans if span.role == "target"}
+    assert "aborted" in fates
 
 
-def test_the_first_round_is_one_batch_that_commits_the_prompt_and_later_rounds_stream():
-    models = ScriptedModels(TARGET, TARGET)
-    result = sync_run(models)
-    assert len(result.round_log) == 2
-    assert models.calls["target"] == 1 + len(models.branch_rids)  # one batch, then one request per branch
-    assert len(models.branch_rids) == result.round_log[1].branches == 3
+class BonusHeldUntilRecorded(ScriptedModels):
+    """γ = 1, every draft accepted: round r's bonus branch (r steps in its prefix) ends only after round r's record
+    is out. A round that waited for its bonus would time out."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.recorded = []
+        self.held = 0
+
+    def target_branch(self, prefix, continuation, max_step_tokens, rid, on_tokens=None):
+        if continuation:
+            self.held += 1
+            deadline = time.monotonic() + 5
+            while len(self.recorded) <= prefix.count(DELIM):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the round waited for its bonus branch")
+                time.sleep(0.001)
+        return super().target_branch(prefix, continuation, max_step_tokens, rid, on_tokens)
 
 
-def test_a_fully_accepted_window_waits_for_its_bonus_branch_and_aborts_nothing():
+def test_a_wholly_accepted_window_ends_at_its_decision_and_hands_its_bonus_branch_on():
+    models = BonusHeldUntilRecorded(TARGET, TARGET)
+    on_round = models.recorded.append
+    result = sync_run(models, depth=1, on_round=on_round)
+    assert result.text == AR_TEXT
+    first = result.round_log[0]
+    assert first.accepted == 1 and [s.source for s in first.kept] == ["draft"]  # the bonus step is not kept here
+    assert [span.fate for span in first.spans if span.role == "target"] == ["judged", "handed on"]
+    assert result.round_log[1].judged[0].target == TARGET[1] + DELIM  # round 1's t_0 is round 0's bonus step
+    # each handed-on branch was sent once: as one round's bonus, then the next round's t_0
+    handed_on = sum(1 for r in result.round_log for span in r.spans if span.fate == "handed on")
+    assert handed_on == models.held == len(TARGET) - 1
+    spans = sum(1 for r in result.round_log for span in r.spans if span.role == "target")
+    assert len(models.branch_rids) == spans - handed_on
+    assert models.aborted == []
+
+
+def test_every_round_streams_even_the_first_and_t0_runs_while_the_draft_writes():
     models = ScriptedModels(TARGET, TARGET)
     result = sync_run(models, depth=2)
-    assert all(r.accepted == r.depth for r in result.round_log if r.depth)
-    assert models.aborted == []
-    assert result.round_log[1].kept[-1].source == "target"
+    assert models.calls["target"] == len(models.branch_rids)  # no batch: one request per branch
+    assert models.calls["generate"] == 0
+    assert result.text == AR_TEXT
+    for record in result.round_log:
+        t0 = next(span for span in record.spans if span.role == "target" and span.label == "t0")
+        draft = [span for span in record.spans if span.role == "draft"]
+        if draft and record.index == 0:
+            assert t0.start <= draft[0].start + 0.05  # sent as the round began, not after drafting
 
 
 def test_models_that_cannot_send_a_branch_alone_get_one_batched_fork_per_round():
@@ -88,27 +156,86 @@ def test_models_that_cannot_send_a_branch_alone_get_one_batched_fork_per_round()
     assert [j.draft for j in result.round_log[1].judged] == ["wrong x\n\n", "wrong y\n\n"]  # every pair judged
 
 
+def test_the_async_pipeline_aborts_the_branches_a_rejection_leaves_behind():
+    models = HeldBranches(TARGET, DRAFT)
+    verifier = FastPathVerifier(ScriptedJudge(ACCEPT))
+    result = AsyncEngine(LookaheadConfig(depth=2, engine="async"), models, verifier).answer("q")
+    assert result.text == AR_TEXT
+    assert models.held and all(rid in models.aborted for rid in models.events)
+
+
+class Timed(ScriptedModels):
+    """Branches take `delay` seconds per token (with jitter), so they end in any order."""
+
+    def __init__(self, *args, delay=0.0005, seed=0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.delay = delay
+        self.random = random.Random(seed)
+
+    def target_branch(self, prefix, continuation, max_step_tokens, rid, on_tokens=None):
+        step = super().target_branch(prefix, continuation, max_step_tokens, rid, on_tokens)
+        time.sleep(self.delay * step.completion_tokens * self.random.uniform(0.2, 2.0))
+        return step
+
+
 words = st.sampled_from(["a", "b", "c", "x", "y", "\\boxed{1}"])
-steps = st.lists(words, min_size=1, max_size=4).map(" ".join)
+steps = st.lists(words, min_size=1, max_size=6).map(" ".join)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     target=st.lists(steps, min_size=1, max_size=7),
     draft=st.lists(steps, min_size=0, max_size=7),
     depth=st.integers(1, 4),
-    cap=st.integers(1, 5),
-    accept=st.sets(st.sampled_from(["a", "b", "c", "x", "y"])),
+    cap=st.integers(1, 6),
+    max_tokens=st.integers(1, 60),
+    seed=st.integers(0, 1000),
+    engine=st.sampled_from(["sync", "async"]),
 )
-def test_streaming_keeps_what_one_batched_fork_keeps(target, draft, depth, cap, accept):
-    """Same scripts, same judge: the kept steps, their sources, and the judged pairs: those that decided the walk,
-    perhaps followed by pairs whose branches arrived in the same wave, as the batch judges them."""
-    streamed = sync_run(ScriptedModels(target, draft), accept, depth, max_step_tokens=cap, max_tokens=10_000)
-    batched = sync_run(ScriptedModels(target, draft), accept, depth, max_step_tokens=cap, max_tokens=10_000,
-                       fork="batched")
-    assert streamed.text == batched.text
-    assert [(s.text, s.source) for s in streamed.steps] == [(s.text, s.source) for s in batched.steps]
-    for s, b in zip(streamed.round_log, batched.round_log, strict=True):
-        assert s.positions <= len(s.judged) <= len(b.judged)
-        same = b.judged[: len(s.judged)]
-        assert [(j.draft, j.target, j.accept) for j in s.judged] == [(j.draft, j.target, j.accept) for j in same]
+def test_with_the_exact_verifier_the_answer_is_the_target_alone_token_for_token(
+    target, draft, depth, cap, max_tokens, seed, engine,
+):
+    """Any step lengths, any order in which branches end, any token cap: what is kept is what AR writes."""
+    ar = ScriptedModels(target).generate("<prompt>", max_tokens)
+    models = Timed(target, draft, seed=seed)
+    config = LookaheadConfig(depth=depth, fork="streamed", engine=engine, max_step_tokens=cap, max_tokens=max_tokens,
+                             verifier="exact")
+    engine_class = AsyncEngine if engine == "async" else SyncEngine
+    result = engine_class(config, models, make_verifier("exact")).answer("q")
+    # AR stops inside the step that reaches the cap; a round keeps that step whole
+    assert result.text.startswith(ar.text) or ar.text.startswith(result.text)
+    assert len(result.text) >= len(ar.text) or result.stats.finish == "eos"
+    assert "".join(s.text for s in result.steps) == result.text
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    target=st.lists(steps, min_size=1, max_size=7),
+    draft=st.lists(steps, min_size=0, max_size=7),
+    depth=st.integers(1, 4),
+    cap=st.integers(1, 6),
+    accept=st.sets(st.sampled_from(["a", "b", "c", "x", "y"])),
+    seed=st.integers(0, 1000),
+)
+def test_every_round_is_decided_by_its_verdicts_and_no_branch_outlives_it(target, draft, depth, cap, accept, seed):
+    """Any verdicts: a round keeps its accepted prefix and then the target's own step (or hands the bonus on);
+    every branch it sent was waited for, handed on, aborted or found already ended."""
+    models = Timed(target, draft, seed=seed)
+    result = sync_run(models, accept, depth, max_step_tokens=cap, max_tokens=120)
+    assert "".join(s.text for s in result.steps) == result.text
+    handed_on = 0
+    for record in result.round_log:
+        sources = [s.source for s in record.kept]
+        assert sources == ["draft"] * record.accepted + ["target"] * (len(sources) - record.accepted)
+        assert len(sources) - record.accepted <= 1
+        fates = [span.fate for span in record.spans if span.role == "target"]
+        assert set(fates) <= {"judged", "kept", "handed on", "aborted", "unused"}
+        handed_on += fates.count("handed on")
+        if "handed on" in fates:
+            assert record.accepted == record.depth == len(record.kept) and record.positions == record.accepted
+    assert handed_on <= len(result.round_log)
+    # what a round hands on is the next round's t_0: it is judged or kept there, never sent again (an aborted
+    # branch may have been cancelled before it was sent)
+    spans = [span for r in result.round_log for span in r.spans if span.role == "target"]
+    aborted = sum(1 for span in spans if span.fate == "aborted")
+    assert len(spans) - handed_on - aborted <= len(models.branch_rids) <= len(spans) - handed_on
