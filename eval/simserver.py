@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
 import re
 import subprocess
@@ -51,7 +52,7 @@ from typing import Literal
 
 import requests
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lookahead_reasoning.draws import unit
@@ -152,18 +153,29 @@ class _DecodeLoop:
 
     def __init__(self, decode_s: float, slope: float):
         self.decode_s, self.slope = decode_s, slope
-        self.active: list[list] = []  # [tokens left, future]
+        self.active: list[list] = []  # [tokens left, future, request id, on_tick, tokens written]
         self.task: asyncio.Task | None = None
         self.batch_sizes: list[int] = []
 
-    async def decode(self, tokens: int) -> None:
+    async def decode(self, tokens: int, rid: str | None = None, on_tick=None) -> int:
+        """Decode `tokens` tokens (`on_tick(written)` after each); the tokens written, fewer where aborted."""
         if tokens <= 0:
-            return
+            return 0
         future = asyncio.get_running_loop().create_future()
-        self.active.append([tokens, future])
+        self.active.append([tokens, future, rid, on_tick, 0])
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self._run())
-        await future
+        return await future
+
+    def abort(self, rid: str) -> bool:
+        """End the request `rid` where it is (SGLang's /abort_request); whether one was running."""
+        for entry in list(self.active):
+            if entry[2] == rid:
+                self.active.remove(entry)
+                if not entry[1].done():
+                    entry[1].set_result(entry[4])
+                return True
+        return False
 
     async def _run(self) -> None:
         deadline = time.perf_counter()
@@ -175,10 +187,13 @@ class _DecodeLoop:
                 await asyncio.sleep(left)  # uvloop's timers count whole milliseconds: they can wake a tick early
             for entry in list(self.active):
                 entry[0] -= 1
+                entry[4] += 1
+                if entry[3] is not None:
+                    entry[3](entry[4])
                 if entry[0] == 0:
                     self.active.remove(entry)
                     if not entry[1].done():
-                        entry[1].set_result(None)
+                        entry[1].set_result(entry[4])
             deadline = max(deadline, time.perf_counter() - self.decode_s)  # no catch-up bursts after a stall
 
 
@@ -245,7 +260,8 @@ class SimEngine:
                                                for t, p in zip(text, each))))
         return await self._one(body)
 
-    async def _one(self, body: dict) -> dict:
+    async def _one(self, body: dict, on_chunk=None) -> dict:
+        """One request; `on_chunk(text, tokens)` hears the text written so far after every token (streaming)."""
         s = self.state
         s.requests += 1
         received = time.perf_counter()
@@ -265,14 +281,22 @@ class SimEngine:
         else:
             out_tokens, reason = self._continue(prompt, params, max_new)
         # EOS and a matched stop string are generated (then dropped) like any token: one tick each
-        await s.loop.decode(len(out_tokens) + (1 if reason.get("type") == "stop" else 0))
+        ticks = len(out_tokens) + (1 if reason.get("type") == "stop" else 0)
+
+        def tick(written: int) -> None:
+            if on_chunk is not None:
+                on_chunk("".join(out_tokens[:written]), written)
+
+        written = await s.loop.decode(ticks, body.get("rid"), tick)
+        if written < ticks:  # aborted
+            out_tokens, reason = out_tokens[:written], {"type": "abort", "message": "Abort request"}
         s.trie.insert(prompt_tokens + out_tokens)
         meta = {
             "id": f"sim-{s.requests}",
             "finish_reason": reason,
             "prompt_tokens": len(prompt_tokens),
             # as SGLang counts them: the EOS or the token that completed a stop string is generated, so counted
-            "completion_tokens": len(out_tokens) + (1 if reason.get("type") == "stop" else 0),
+            "completion_tokens": written if reason.get("type") == "abort" else len(out_tokens) + (reason.get("type") == "stop"),
             "cached_tokens": cached,
             "e2e_latency": time.perf_counter() - received,
         }
@@ -319,6 +343,19 @@ class SimEngine:
         return [answer], {"type": "stop", "matched": EOS_ID}, fields
 
 
+async def _event_stream(engine: SimEngine, body: dict):
+    """A streamed request as SGLang sends it: a `data:` chunk with the cumulative text after every token, the
+    finished generation last, then `data: [DONE]`."""
+    chunks: asyncio.Queue = asyncio.Queue()
+    task = asyncio.create_task(engine._one(body, lambda text, tokens: chunks.put_nowait((text, tokens))))
+    task.add_done_callback(lambda _: chunks.put_nowait(None))
+    while (chunk := await chunks.get()) is not None:
+        text, tokens = chunk
+        yield f"data: {json.dumps({'text': text, 'meta_info': {'completion_tokens': tokens, 'finish_reason': None}})}\n\n"
+    yield f"data: {json.dumps(task.result())}\n\n"
+    yield "data: [DONE]\n\n"
+
+
 def build_app(engine: SimEngine) -> FastAPI:
     app = FastAPI(title=f"lookahead-sim ({engine.state.config.role})")
     info = {"model_path": f"lookahead-sim-{engine.state.config.role}", "is_generation": True}
@@ -347,8 +384,20 @@ def build_app(engine: SimEngine) -> FastAPI:
 
     @app.post("/generate")
     async def generate(request: Request):
+        refused = await guard()
+        if refused:
+            return refused
+        body = await request.json()
+        if body.get("stream") and not isinstance(body.get("text"), list):
+            return StreamingResponse(_event_stream(engine, body), media_type="text/event-stream")
         # a JSONResponse as is: FastAPI's encoder would walk every logprob entry of the answer first
-        return (await guard()) or JSONResponse(await engine.generate(await request.json()))
+        return JSONResponse(await engine.generate(body))
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request):
+        body = await request.json()
+        engine.state.loop.abort(str(body.get("rid")))
+        return {}
 
     @app.post("/sim/fault")
     async def fault(request: Request):
