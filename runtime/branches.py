@@ -71,7 +71,6 @@ class Branch:
 
     def run(self, cap: int) -> StepOutput:
         """Send the request and wait for its step (at most `cap` tokens), in the calling thread."""
-        self.started = time.perf_counter()
         if self.fate == "aborted":
             raise CancelledError()
         try:

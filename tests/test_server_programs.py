@@ -42,34 +42,58 @@ def test_target_fork_branches_reuse_the_cached_prefix(reasoner):
         assert out.cached_tokens > 0.8 * out.prompt_tokens  # the shared prefix was prefilled once
 
 
-def test_a_branch_sent_alone_is_a_step_and_a_request_id_lets_the_server_abort_it(reasoner):
-    """The sync engine's streamed fork (streamed_fork.py) sends each branch with its own SGLang request id and
-    aborts the branches it can no longer keep: SGLang ends such a request at once, as an error."""
+def test_a_branch_is_a_stream_with_a_request_id_that_the_server_aborts_keeping_what_it_wrote(reasoner):
+    """Target branches (runtime/branches.py) are streamed requests with their own SGLang request id: the tokens
+    come in as they are written, and `/abort_request` ends one at once, telling what it had written."""
     import threading
     import time
 
-    from lookahead_reasoning.programs.backend import BackendError
-    from lookahead_reasoning.programs.steps import continue_texts
+    from lookahead_reasoning.programs.backend import RequestAborted
+    from lookahead_reasoning.programs.steps import _step_params
 
     models = reasoner.connection.models
     prompt = models.prompt(QUESTION)
-    assert models.target_branch(prompt, "", 20, "lookahead-test-branch").text == STEP_1
-    rid, outcome = "lookahead-test-abort", {}
+    heard = []
+    assert models.target_branch(prompt, "", 20, "lookahead-test-branch", heard.append).text == STEP_1
+    assert len(heard) >= 2 and heard == sorted(heard)  # chunks as the tokens were written
 
-    def long_request():
-        try:  # 3,000 tokens ignoring EOS: minutes on a CPU unless aborted
-            outcome["output"] = continue_texts(models.target_backend.with_request_id(rid), [prompt], 3000)
-        except BackendError as error:
-            outcome["error"] = str(error)
+    rid, outcome, progress = "lookahead-test-abort", {}, []
+    backend = models.target_backend.with_request_id(rid)
+
+    def long_request():  # 3,000 tokens ignoring EOS and the delimiter: minutes on a CPU unless aborted
+        request = backend.generation_request(prompt, _step_params("<never>", 3000, Sampling()))
+        request["sampling_params"]["ignore_eos"] = True
+        try:
+            outcome["output"] = backend.stream_generation(
+                request, lambda chunk: progress.append(chunk["meta_info"]["completion_tokens"]))
+        except RequestAborted as error:
+            outcome["aborted"] = error
 
     thread = threading.Thread(target=long_request)
     started = time.monotonic()
     thread.start()
-    while thread.is_alive() and time.monotonic() - started < 60:
-        models.abort_target(rid)  # again until the server has the request: an abort before it arrives is lost
-        thread.join(timeout=0.5)
-    thread.join()
-    assert "output" not in outcome and "abort" in outcome["error"]
+    while not progress and time.monotonic() - started < 60:  # the server is writing it
+        time.sleep(0.05)
+    assert models.abort_target(rid)
+    thread.join(timeout=60)
+    assert not thread.is_alive() and "output" not in outcome
+    assert outcome["aborted"].completion_tokens >= progress[0] > 0  # what it had written when it was stopped
+
+
+def test_a_wholly_accepted_round_hands_its_running_bonus_branch_to_the_next_round(reasoner):
+    """γ = 1, exact verifier: round 0 accepts the draft's first step and ends at once; its bonus branch (the
+    target's step after it) goes on running as round 1's t_0, which the draft's "Thus \\boxed{6}" loses to."""
+    conn = reasoner.connection
+    config = LookaheadConfig(depth=1, max_tokens=64, fork="streamed")
+    lr = SyncEngine(config, conn.models, ExactMatchVerifier()).answer(QUESTION)
+    assert lr.text == reasoner.baseline(QUESTION).text == STEP_1 + "Hence \\boxed{5}"
+    first, second = lr.round_log[:2]
+    assert first.accepted == 1 and [s.source for s in first.kept] == ["draft"]
+    assert [span.fate for span in first.spans if span.role == "target"] == ["judged", "handed on"]
+    [bonus] = [span for span in first.spans if span.fate == "handed on"]
+    t0 = next(span for span in second.spans if span.role == "target" and span.label == "t0")
+    assert t0.start == bonus.start  # the same request, not sent again
+    assert second.kept[-1].source == "target" and second.kept[-1].text == "Hence \\boxed{5}"
 
 
 def test_the_server_reports_its_own_time_for_each_request_and_rounds_record_it(reasoner):
