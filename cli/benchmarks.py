@@ -33,6 +33,10 @@ def bench(
     queue_timeout: float = typer.Option(30.0, help="--serve without --url: the frontend's queue timeout"),
     time_limit: float = typer.Option(300.0, help="--serve: stop sending after this many seconds per model"),
     api_key: ApiKey = None,
+    replay: Optional[Path] = typer.Option(
+        None, "--replay", help="an eval results.jsonl: the ceiling of each round rule and γ on its AR answers' real "
+        "step lengths, priced with --probe"),
+    probe: Optional[Path] = typer.Option(None, help="--replay: the servers' costs (lookahead servers probe --json)"),
     quick: bool = typer.Option(False, "--quick", help="a small subset of the grid (a few minutes)"),
     alphas: Optional[str] = typer.Option(None, help="α values, e.g. 0.4,0.6,0.8"),
     cs: Optional[str] = typer.Option(None, help="c values, e.g. 0.05,0.1,0.25"),
@@ -48,7 +52,11 @@ def bench(
                                        "and the processes' logs)"),
 ):
     """Measure the engines on simulated servers with GPU-like timing: against the theory (--sim), under load
-    (--load), or a running frontend (--serve); or soak `lookahead serve` with faults (--soak)."""
+    (--load), or a running frontend (--serve); or soak `lookahead serve` with faults (--soak); or replay recorded
+    AR answers' step lengths through each round rule (--replay)."""
+    if replay is not None:
+        _bench_replay(replay, probe, alphas, depths, as_json)
+        return
     if soak:
         _bench_soak(duration, clients, fault_every, as_json, out)
         return
@@ -104,6 +112,37 @@ def bench(
         print(bench_table(points))
         if shift:
             print(f"α 0.9 → 0.2 halfway (c = 0.1): speedup fixed γ=4 {shift['fixed']:.2f}×, adaptive {shift['adaptive']:.2f}×")
+
+
+def _bench_replay(results: Path, probe: Optional[Path], alphas: Optional[str], depths: Optional[str],
+                  as_json: bool) -> None:
+    from lookahead_reasoning.eval.replay import RULE_TITLES, RULES, ceilings, load_answers, load_costs
+
+    if probe is None:
+        raise LookaheadError("--replay needs --probe PROBE.json (write it with lookahead servers probe --json)")
+    answers = load_answers(results)
+    costs = load_costs(probe)
+    alpha_list = number_list(alphas, "alphas") if alphas else [0.63, 0.8, 1.0]
+    depth_list = number_list(depths, "depths", int) if depths else [1, 2, 3]
+    found = ceilings(answers, costs, depths=depth_list, alphas=alpha_list)
+    if as_json:
+        print(json.dumps({"answers": len(answers), "steps": sum(map(len, answers)),
+                          "ceilings": [vars(c) for c in found]}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"AR time over LR time, {len(answers)} recorded AR answers ({sum(map(len, answers))} steps), "
+                        f"drafts accepted with probability α")
+    table.add_column("round rule")
+    table.add_column("γ", justify="right")
+    for alpha in alpha_list:
+        table.add_column(f"α {alpha:g}", justify="right")
+    for rule in RULES:
+        for depth in depth_list:
+            row = [c.speedup for c in found if c.rule == rule and c.depth == depth]
+            table.add_row(RULE_TITLES[rule] if depth == depth_list[0] else "", str(depth), *(f"{v:.2f}" for v in row))
+    Console().print(table)
 
 
 def _point_writer(bar, task, path: Optional[Path]):

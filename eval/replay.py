@@ -11,7 +11,8 @@ step lengths through a timeline of each rule, with the costs a server probe meas
 - `decision`: the sync round of streamed branches (streamed_fork.py): t_0 starts with the
   round (or was handed on by the round before) and runs while the draft writes; each draft
   step is judged as soon as the target's step it is compared with ends; the round ends at
-  its decision, and after a wholly accepted window the bonus branch goes on as the next t_0;
+  its decision, and after a wholly accepted window it keeps what the bonus branch has
+  written and the branch goes on as the next t_0 (the next draft writes the step's rest);
 - `async`: the step pipeline (pipeline.py): the draft writes on while the target verifies,
   at most γ steps ahead; t_k starts as soon as d_k exists; a rejection ends the round and
   aborts what is in flight.
@@ -150,7 +151,8 @@ def _decision(lengths, depth, alpha, costs, rng) -> float:
     t, p, head = 0.0, 0, 0.0  # head: tokens of step p that the handed-on t_0 had written when its round began
     while p < n:
         m = min(depth, n - 1 - p)
-        draft = costs.c * T * costs.draft_beside_target * sum(lengths[p:p + m]) if m else 0.0
+        # the round before kept what t_0 had written: the draft writes the rest of that step, then whole ones
+        draft = costs.c * T * costs.draft_beside_target * (sum(lengths[p:p + m]) - head) if m else 0.0
         per_token = T * costs.b(m + 1)  # every branch, once the draft is done
         start = t if head else t + costs.request_s  # t_0: running already, or sent now
         left = lengths[p] - head

@@ -92,14 +92,14 @@ class SGLangStepModels:
 
     def target_branch(
         self, prefix: str, continuation: str, max_step_tokens: int, rid: str,
-        on_tokens: Callable[[int], None] | None = None,
+        on_progress: Callable[[str, int], None] | None = None,
     ) -> StepOutput:
         """The target's step after `prefix + continuation` as a streamed request of its own, with SGLang request
-        id `rid` (so that `abort_target(rid)` can stop it; it then raises RequestAborted); `on_tokens` hears
-        the tokens written so far. The prefix is expected in the radix cache."""
+        id `rid` (so that `abort_target(rid)` can stop it; it then raises RequestAborted); `on_progress(text, tokens)`
+        hears what it has written so far. The prefix is expected in the radix cache."""
         return target_stream(
             self.target_backend.with_request_id(rid), prefix, continuation, self.delimiter, max_step_tokens,
-            self.target_sampling, on_tokens,
+            self.target_sampling, on_progress,
         )
 
     def abort_target(self, rid: str) -> bool:

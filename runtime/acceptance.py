@@ -88,6 +88,11 @@ class AcceptanceWalk:
             self._keep(target, "target")
         self.ended = True
 
+    def keep_piece(self, piece: StepOutput) -> None:
+        """The start of the target's next step, written while the round was decided (streamed_fork.py): kept as
+        target text; the next round judges the step's rest."""
+        self._keep(piece, "target")
+
     def keep_targets(self, steps: list[StepOutput]) -> None:
         """An AR round that wrote several target steps in one request: all are kept, up to the token cap."""
         for step in steps:

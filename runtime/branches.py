@@ -3,8 +3,9 @@
 A branch is the target's step after `prefix + continuation`, sent as a streamed request with
 its own SGLang request id. The engine can wait for it, abort it (`/abort_request`) when its
 step can no longer be kept, or hand it to the next round: a branch after the text a round
-keeps is exactly the step the target alone would write next, so it goes on running as the
-next round's first branch (t_0) instead of being sent again.
+keeps is exactly the step the target alone would write next. The round keeps what it has
+written so far (`cut`: target text, what AR would write) and the branch goes on running as
+the next round's first branch (t_0), whose step is then the rest (`rest`).
 
 Each branch notes when it started and ended, how many tokens it wrote and what became of
 it, for the round's trace (results.TraceSpan).
@@ -37,6 +38,8 @@ class Branch:
     started: float  # time.perf_counter() when it was sent
     future: Future | None = None  # set where a pool runs it (start_branch)
     tokens: int = 0  # completion tokens written so far (as streamed)
+    text: str = ""  # the text written so far (as streamed)
+    consumed: StepOutput | None = None  # the start of its step that a round already kept (`cut`)
     ended: float | None = None
     fate: str = "running"  # kept, judged, handed on, aborted, unused
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -63,9 +66,40 @@ class Branch:
             return
         self.models.abort_target(self.rid)
 
-    def _progress(self, tokens: int) -> None:
+    def cut(self, delimiter: str) -> StepOutput:
+        """What the branch has written so far, as a piece of its step that a round keeps now: the streamed text,
+        less any tail that could be the start of the delimiter (the step's end is the next round's to judge) or
+        an unfinished character."""
+        with self._lock:
+            text, tokens = self.text, self.tokens
+        streamed = text
+        text = text.rstrip("\ufffd")
+        for size in range(min(len(delimiter) - 1, len(text)), 0, -1):
+            if delimiter.startswith(text[-size:]):
+                text = text[:-size]
+                break
+        if delimiter in text:  # the step ended here: keep none of it, the next round judges it whole
+            text = ""
+        kept_tokens = tokens if text == streamed else max(0, tokens - 1)  # a trimmed tail: about a token
+        piece = StepOutput(text, "length", completion_tokens=kept_tokens if text else 0)
+        self.consumed = piece
+        return piece
+
+    def rest(self, step: StepOutput) -> StepOutput:
+        """The branch's step less the piece a round already kept (`cut`)."""
+        if self.consumed is None or not self.consumed.text:
+            return step
+        if not step.text.startswith(self.consumed.text):
+            raise RuntimeError(f"target branch {self.rid}: its step does not start with the text it streamed")
+        return StepOutput(step.text[len(self.consumed.text):], step.ending, step.prompt_tokens,
+                          max(1, step.completion_tokens - self.consumed.completion_tokens), step.cached_tokens,
+                          step.server_s)
+
+    def _progress(self, text: str, tokens: int) -> None:
         first = self.tokens == 0
-        self.tokens = max(self.tokens, tokens)
+        with self._lock:
+            if tokens >= self.tokens:
+                self.tokens, self.text = tokens, text
         if first and self.fate == "aborted":  # the abort may have reached the server before the request did
             self.models.abort_target(self.rid)
 

@@ -232,7 +232,8 @@ class Engine:
         after the prefix, runs while the draft writes: it was handed on by the round before, or starts now."""
         cap = self._cap(state)
         root, state.handed_on = state.handed_on, None
-        if root is not None and root.after != state.prefix:  # cannot happen by the walk's rule; never keep it
+        kept_piece = root.consumed.text if root is not None and root.consumed is not None else ""
+        if root is not None and root.after + kept_piece != state.prefix:  # the walk was capped: never keep it
             root.abort()
             root = None
         try:
@@ -252,7 +253,7 @@ class Engine:
         try:
             with self.policy.target_load.track(1 + sum(n.step.complete for n in tree.nodes)) as load:
                 fork = stream_fork(self.models, state.pool, state.prefix, tree, root, cap,
-                                   lambda pairs: self.verify(state, pairs))
+                                   lambda pairs: self.verify(state, pairs), self.config.delimiter)
         except Exception as error:
             raise target_failed(error) from None
         state.handed_on = fork.handed_on
@@ -261,9 +262,11 @@ class Engine:
         verdicts = [fork.verdicts.get(i, Verdict(False, None, "unjudged")) for i in range(len(tree.nodes))]
         walk = self._walk(state)
         walk_tree(tree, verdicts, fork.target_after, walk)
+        if fork.piece is not None and fork.piece.text:
+            walk.keep_piece(fork.piece)
         judged = [
-            JudgedDraft(draft=tree.nodes[i].step.text, target=fork.target_after[tree.nodes[i].parent].text,
-                        accept=verdicts[i].accept, score=verdicts[i].score, method=verdicts[i].method)
+            JudgedDraft(draft=fork.pairs[i][1], target=fork.pairs[i][0], accept=verdicts[i].accept,
+                        score=verdicts[i].score, method=verdicts[i].method)
             for i in sorted(fork.verdicts)
         ]
         spans = [state.span("draft", "d1" if len(tree.nodes) == 1 else f"d1..d{len(tree.nodes)}", started,

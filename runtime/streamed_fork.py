@@ -10,13 +10,15 @@ that is in by then goes into the same judge call), in order, and ends at its dec
   kept, so they are aborted on the server (`/abort_request`);
 - an accepted step that ended on EOS or its cap ends the window the same way;
 - the whole window accepted: the bonus branch t_m is the target's own step after the kept
-  text, what the target alone would write next. The round does not wait for it: it is
-  handed on, still running, as the next round's t_0.
+  text, what the target alone would write next. The round does not wait for it. If it has
+  ended, it is kept whole; else the round keeps what it has written so far (target text:
+  what AR writes) and hands it on, still running, as the next round's t_0. The next round
+  drafts from the end of that piece, so its first draft step completes the step t_0 is
+  writing, and the two are judged as whole steps: the kept piece, then each's rest.
 
 So no round waits for a branch it will not keep, and no branch after the kept text is
-sent twice. What is kept is what one batched fork keeps, given the same verdicts: the
-acceptance walk (tree.walk_tree) reads only the branches and verdicts gathered here; a
-handed-on bonus step is kept one round later, as that round's t_0.
+sent twice. With a verifier that accepts only equal steps the answer is the target's own,
+token for token, whatever the branches' lengths and the order in which they end.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ class StreamedFork:
     branches: dict[int, Branch] = field(default_factory=dict)  # branch node (ROOT: the prefix) -> branch
     target_after: dict[int, StepOutput] = field(default_factory=dict)  # branch node -> its step, where waited for
     verdicts: dict[int, Verdict] = field(default_factory=dict)  # judged node -> verdict
+    pairs: dict[int, tuple[str, str]] = field(default_factory=dict)  # judged node -> (target step, draft step)
     judge_calls: list[tuple[float, float, int]] = field(default_factory=list)  # (start, end, pairs), perf_counter
     handed_on: Branch | None = None  # the bonus branch after a wholly accepted window, still running
+    piece: StepOutput | None = None  # what the handed-on branch had written at the decision: kept now
     decided: float = 0.0  # time.perf_counter() at the decision
 
     @property
@@ -50,12 +54,12 @@ class StreamedFork:
 
 
 def stream_fork(
-    models, pool: ThreadPoolExecutor, prefix: str, tree: DraftTree, root: Branch, cap: int, judge,
+    models, pool: ThreadPoolExecutor, prefix: str, tree: DraftTree, root: Branch, cap: int, judge, delimiter: str,
 ) -> StreamedFork:
     """Send a branch after every complete node of a chain `tree` (t_0, `root`, already runs) and judge its nodes in
     order as their parents' branches end. `judge(pairs)` returns one verdict per (target step, draft step)
     pair; a target failure propagates from its branch. Branches not needed at the decision are aborted; the
-    bonus branch of a wholly accepted window is handed on."""
+    bonus branch of a wholly accepted window is kept if it has ended, else cut and handed on."""
     out = StreamedFork(branches={ROOT: root})
     for i, node in enumerate(tree.nodes):
         if node.step.complete:
@@ -64,8 +68,14 @@ def stream_fork(
         last = _judge_in_order(tree, out, judge)
         out.decided = time.perf_counter()
         if last is not None and last in out.branches:
-            out.handed_on = out.branches[last]
-            out.handed_on.fate = "handed on"
+            bonus = out.branches[last]
+            if bonus.done():
+                _arrived(out, last)
+                bonus.fate = "kept"
+            else:
+                out.piece = bonus.cut(delimiter)
+                out.handed_on = bonus
+                bonus.fate = "handed on"
     finally:
         for branch in out.branches.values():
             if branch.fate == "running":
@@ -77,13 +87,22 @@ def stream_fork(
 
 
 def _arrived(out: StreamedFork, node: int) -> StepOutput:
+    """The branch's step, less the piece of it a round before already kept."""
     branch = out.branches[node]
     step = outcome(branch)
     if step is None:
         raise RuntimeError(f"target branch {branch.rid} was aborted while the round needed it")
     branch.fate = "judged"
-    out.target_after[node] = step
-    return step
+    out.target_after[node] = branch.rest(step)
+    return out.target_after[node]
+
+
+def _pair(tree: DraftTree, out: StreamedFork, i: int) -> tuple[str, str]:
+    """The (target step, draft step) pair the verifier judges for node i: whole steps, so the first node after a
+    kept piece of t_0 is judged with that piece in front of both."""
+    parent = tree.nodes[i].parent
+    piece = out.branches[ROOT].consumed.text if parent == ROOT and out.branches[ROOT].consumed else ""
+    return piece + out.target_after[parent].text, piece + tree.nodes[i].step.text
 
 
 def _judge_in_order(tree: DraftTree, out: StreamedFork, judge) -> int | None:
@@ -105,7 +124,9 @@ def _judge_in_order(tree: DraftTree, out: StreamedFork, judge) -> int | None:
             _arrived(out, tree.nodes[ready[-1] + 1].parent)
             ready.append(ready[-1] + 1)
         started = time.perf_counter()
-        verdicts = judge([(out.target_after[tree.nodes[i].parent].text, tree.nodes[i].step.text) for i in ready])
+        pairs = [_pair(tree, out, i) for i in ready]
+        out.pairs.update(zip(ready, pairs))
+        verdicts = judge(pairs)
         out.judge_calls.append((started, time.perf_counter(), len(ready)))
         for i, verdict in zip(ready, verdicts):
             out.verdicts[i] = verdict

@@ -92,12 +92,12 @@ class ScriptedModels:
         return [self.target_model.next_step(text + c, cap) for c, cap in zip(continuations, caps)]
 
     def target_branch(self, prefix: str, continuation: str, max_step_tokens: int, rid: str,
-                      on_tokens=None) -> StepOutput:
-        """One branch as its own request (streamed rounds); `on_tokens` hears its length once it is written."""
+                      on_progress=None) -> StepOutput:
+        """One branch as its own request (streamed rounds); `on_progress` hears the whole step once it is written."""
         self.branch_rids.append(rid)
         [step] = self.target(prefix, [continuation], max_step_tokens, commit_prefix=False)
-        if on_tokens is not None:
-            on_tokens(step.completion_tokens)
+        if on_progress is not None:
+            on_progress(step.text, step.completion_tokens)
         return step
 
     def abort_target(self, rid: str) -> bool:

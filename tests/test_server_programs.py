@@ -54,8 +54,10 @@ def test_a_branch_is_a_stream_with_a_request_id_that_the_server_aborts_keeping_w
     models = reasoner.connection.models
     prompt = models.prompt(QUESTION)
     heard = []
-    assert models.target_branch(prompt, "", 20, "lookahead-test-branch", heard.append).text == STEP_1
-    assert len(heard) >= 2 and heard == sorted(heard)  # chunks as the tokens were written
+    step = models.target_branch(prompt, "", 20, "lookahead-test-branch", lambda text, n: heard.append((text, n)))
+    assert step.text == STEP_1
+    assert len(heard) >= 2 and [n for _, n in heard] == sorted(n for _, n in heard)  # chunks as tokens were written
+    assert all(STEP_1.startswith(text) for text, _ in heard)  # each the text so far
 
     rid, outcome, progress = "lookahead-test-abort", {}, []
     backend = models.target_backend.with_request_id(rid)
