@@ -284,7 +284,7 @@ class SimEngine:
         ticks = len(out_tokens) + (1 if reason.get("type") == "stop" else 0)
 
         def tick(written: int) -> None:
-            if on_chunk is not None:
+            if on_chunk is not None and written <= len(out_tokens):  # a stop string's token is not streamed
                 on_chunk("".join(out_tokens[:written]), written)
 
         written = await s.loop.decode(ticks, body.get("rid"), tick)

@@ -12,10 +12,10 @@ per method, the speedup against AR in wall time and per token (an answer of anot
 same work), the acceptance, and how many answers equal AR's.
 
 With `--probe` (the JSON of `lookahead servers probe --json` on the same servers) it also prints, for each
-method of a fixed γ, the ceiling: per problem, the theory's speedup of a problem of that many steps at the
-acceptance the problem drew, with the probe's c, j and B(n), and steps of equal length
-(`theory.finite_speedup`); over the problems, AR's total time over the time those ceilings allow. What the
-measured speedup misses of it is time the theory does not count (steps of unequal lengths, the client).
+method of a fixed γ, the ceiling: AR's own answers (their real step lengths) replayed through the method's
+round rule with the probe's costs, drafts accepted at the acceptance the method measured (eval/replay.py),
+and the engine's efficiency: the measured speedup over that ceiling. With `--traces DIR` every method's
+answer to every problem is also drawn as an HTML timeline (`lookahead trace`).
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from pathlib import Path
 
 from lookahead_reasoning import LookaheadConfig, LookaheadReasoner
 from lookahead_reasoning.cli.options import depth_options  # `--depth adaptive` as `lookahead run` takes it
+from lookahead_reasoning.eval.replay import Costs, ceiling_of, rule_of, step_lengths
 from lookahead_reasoning.eval.server_probe import ServerProbe
+from lookahead_reasoning.eval.trace import write_trace
 from lookahead_reasoning.runtime.servers.endpoints import load_endpoints
-from lookahead_reasoning.runtime.theory import finite_speedup
 
 
 def method_config(method: str, max_tokens: int) -> LookaheadConfig:
@@ -48,37 +49,18 @@ def problem_range(text: str) -> range:
     return range(int(first), int(last or first) + 1)
 
 
-def branch_costs(probe: ServerProbe):
-    """B(n) from the probe's widths: measured where it measured, linear between, the widest beyond."""
-    known = {1: 1.0, **{w.width: w.b for w in probe.fork}}
-    widths = sorted(known)
-
-    def cost(n: int) -> float:
-        if n in known:
-            return known[n]
-        if n > widths[-1]:
-            return known[widths[-1]]
-        below = max(w for w in widths if w < n)
-        above = min(w for w in widths if w > n)
-        return known[below] + (known[above] - known[below]) * (n - below) / (above - below)
-
-    return cost
-
-
-def ceiling(rows: list[dict], method: str, probe: ServerProbe) -> tuple[float, list[float]] | None:
-    """The theory's speedup per problem at the acceptance it drew, and over the problems (None: adaptive γ)."""
-    engine, _, rest = method.partition("-")
-    depth = rest.partition("-")[0]
-    if not depth.isdigit() or any("steps" not in row[method] for row in rows):
-        return None  # adaptive γ, or rows written before steps were recorded
-    per_problem, costs = [], branch_costs(probe)
-    for row in rows:
-        run = row[method]
-        alpha = run["accepted"] / run["judged"] if run["judged"] else 0.0
-        per_problem.append(finite_speedup(engine, int(depth), alpha, probe.c, probe.j, branch_cost=costs,
-                                          steps=max(1, run["steps"])))
-    ar = [row["ar"]["seconds"] for row in rows]
-    return sum(ar) / sum(s / f for s, f in zip(ar, per_problem)), per_problem
+def ceiling(rows: list[dict], method: str, probe: ServerProbe) -> tuple[float, float] | None:
+    """(α, the replay's AR time over LR time) for `method` on AR's own steps (None: adaptive γ, or no AR texts)."""
+    config = method_config(method, 512)
+    if config.adaptive_depth or any("text" not in row["ar"] for row in rows):
+        return None
+    accepted = sum(row[method]["accepted"] for row in rows)
+    judged = sum(row[method]["judged"] for row in rows)
+    alpha = accepted / judged if judged else 0.0
+    answers = [step_lengths(row["ar"]["text"], row["ar"]["tokens"], config.delimiter, config.max_step_tokens)
+               for row in rows]
+    costs = Costs.from_probe(probe.model_dump())
+    return alpha, ceiling_of(answers, costs, rule_of(config.engine, config.fork), config.depth, alpha)
 
 
 def compare(rows: list[dict], methods: list[str], probe: ServerProbe | None = None) -> list[str]:
@@ -96,9 +78,9 @@ def compare(rows: list[dict], methods: list[str], probe: ServerProbe | None = No
                      f"{judged}; answers equal to AR's {same}/{len(rows)}")
         bound = ceiling(rows, method, probe) if probe is not None else None
         if bound is not None:
-            total, per_problem = bound
-            lines.append(f"  ceiling {total:.3f}x (c {probe.c:.2f}, j {probe.j:.2f}, B(2) {branch_costs(probe)(2):.2f}); "
-                         "per problem " + ", ".join(f"{r['problem']}: {f:.2f}x" for r, f in zip(rows, per_problem)))
+            alpha, total = bound
+            lines.append(f"  ceiling {total:.3f}x (AR's steps replayed at α {alpha:.2f}, c {probe.c:.2f}, j {probe.j:.2f}); "
+                         f"efficiency {ar_s / lr_s / total:.3f}")
     return lines
 
 
@@ -111,6 +93,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--probe", type=Path, help="`lookahead servers probe --json` output: adds the ceilings")
+    parser.add_argument("--traces", type=Path, help="a folder for one HTML timeline per problem and method")
     args = parser.parse_args(argv)
     probe = ServerProbe.model_validate_json(args.probe.read_text()) if args.probe else None
     methods = args.methods.split(",")
@@ -128,7 +111,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         started = time.perf_counter()
         base = alone.baseline(question)
         row = {"problem": index, "ar": {"seconds": time.perf_counter() - started, "tokens": base.output_tokens,
-                                        "answer": base.answer}}
+                                        "answer": base.answer, "text": base.text}}
         for method, reasoner in reasoners.items():
             started = time.perf_counter()
             result = reasoner.run(question)
@@ -137,6 +120,11 @@ def main(argv: list[str] | None = None) -> list[str]:
                            "answer": result.answer, "accepted": sum(r.accepted for r in judged),
                            "judged": sum(r.positions for r in judged), "depths": [r.depth for r in result.round_log],
                            "steps": len(result.steps)}
+            if args.traces:
+                args.traces.mkdir(parents=True, exist_ok=True)
+                speedup = row["ar"]["seconds"] / row[method]["seconds"]
+                write_trace(result.round_log, args.traces / f"problem-{index}-{method}.html",
+                            f"problem {index}, {method}", {"speedup": speedup})
         with args.out.open("a") as out:
             out.write(json.dumps(row) + "\n")
         rows.append(row)

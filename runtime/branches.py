@@ -80,7 +80,9 @@ class Branch:
                 break
         if delimiter in text:  # the step ended here: keep none of it, the next round judges it whole
             text = ""
-        kept_tokens = tokens if text == streamed else max(0, tokens - 1)  # a trimmed tail: about a token
+        kept_tokens = tokens if text == streamed else max(0, tokens - 1)  # a trimmed tail: about one token
+        if kept_tokens < 1:
+            text = ""
         piece = StepOutput(text, "length", completion_tokens=kept_tokens if text else 0)
         self.consumed = piece
         return piece
@@ -92,7 +94,7 @@ class Branch:
         if not step.text.startswith(self.consumed.text):
             raise RuntimeError(f"target branch {self.rid}: its step does not start with the text it streamed")
         return StepOutput(step.text[len(self.consumed.text):], step.ending, step.prompt_tokens,
-                          max(1, step.completion_tokens - self.consumed.completion_tokens), step.cached_tokens,
+                          max(0, step.completion_tokens - self.consumed.completion_tokens), step.cached_tokens,
                           step.server_s)
 
     def _progress(self, text: str, tokens: int) -> None:

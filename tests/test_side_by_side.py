@@ -76,21 +76,24 @@ def _probe(c: float, j: float, b2: float):
     )
 
 
-def test_the_ceiling_is_the_theory_at_each_problems_acceptance():
-    from lookahead_reasoning.runtime.theory import finite_speedup
+def test_the_ceiling_replays_ars_own_steps_at_the_measured_acceptance():
+    from lookahead_reasoning.eval.replay import Costs, ceiling_of, step_lengths
 
     script = _script()
     probe = _probe(c=0.5, j=0.1, b2=1.0)
-    assert script.branch_costs(probe)(3) == pytest.approx(1.5) and script.branch_costs(probe)(8) == 2.0
-    rows = [{"problem": 0, "ar": {"seconds": 10.0}, "sync-2": {"accepted": 4, "judged": 4, "steps": 6}},
-            {"problem": 1, "ar": {"seconds": 30.0}, "sync-2": {"accepted": 0, "judged": 3, "steps": 9}}]
-    total, per_problem = script.ceiling(rows, "sync-2", probe)
-    costs = script.branch_costs(probe)
-    assert per_problem == [finite_speedup("sync", 2, 1.0, 0.5, 0.1, branch_cost=costs, steps=6),
-                           finite_speedup("sync", 2, 0.0, 0.5, 0.1, branch_cost=costs, steps=9)]
-    assert per_problem[0] > 1.0 > per_problem[1]
-    assert total == pytest.approx(40.0 / (10.0 / per_problem[0] + 30.0 / per_problem[1]))
+    text = "one two three\n\nfour five\n\nsix seven eight nine\n\nten"
+    rows = [{"problem": 0, "ar": {"seconds": 10.0, "tokens": 12, "text": text},
+             "sync-2": {"accepted": 3, "judged": 4}},
+            {"problem": 1, "ar": {"seconds": 30.0, "tokens": 40, "text": text * 2},
+             "sync-2": {"accepted": 1, "judged": 4}}]
+    alpha, total = script.ceiling(rows, "sync-2", probe)
+    assert alpha == 0.5
+    answers = [step_lengths(text, 12), step_lengths(text * 2, 40)]
+    assert total == ceiling_of(answers, Costs.from_probe(probe.model_dump()), "longest", 2, 0.5)
+    _, streamed = script.ceiling([{**r, "sync-2-streamed": r["sync-2"]} for r in rows], "sync-2-streamed", probe)
+    assert streamed == ceiling_of(answers, Costs.from_probe(probe.model_dump()), "decision", 2, 0.5)
     assert script.ceiling(rows, "sync-adaptive", probe) is None
+    assert script.ceiling([{**rows[0], "ar": {"seconds": 1.0, "tokens": 3}}], "sync-2", probe) is None  # no AR text
 
 
 def test_a_probe_file_adds_the_ceilings_to_the_comparison(sims, tmp_path):
@@ -103,5 +106,5 @@ def test_a_probe_file_adds_the_ceilings_to_the_comparison(sims, tmp_path):
     lines = _script().main(["--endpoints", str(endpoints), "--data", str(data), "--problems", "0", "--methods",
                             "sync-2,sync-adaptive", "--max-tokens", "200", "--out", str(tmp_path / "out.jsonl"),
                             "--probe", str(probe)])
-    assert lines[1].startswith("  ceiling ") and "per problem 0: " in lines[1]
+    assert lines[1].startswith("  ceiling ") and "efficiency " in lines[1]
     assert not any(line.startswith("  ceiling") for line in lines[2:])  # none for adaptive γ

@@ -214,6 +214,8 @@ def test_with_the_exact_verifier_the_answer_is_the_target_alone_token_for_token(
     result = engine_class(config, models, make_verifier("exact")).answer("q")
     # AR stops inside the step that reaches the cap; a round keeps that step whole
     assert result.text.startswith(ar.text) or ar.text.startswith(result.text)
+    if result.stats.finish == "eos" and ar.ending == "eos":
+        assert result.text == ar.text and result.stats.output_tokens == ar.completion_tokens
     assert len(result.text) >= len(ar.text) or result.stats.finish == "eos"
     assert "".join(s.text for s in result.steps) == result.text
 
