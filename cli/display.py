@@ -78,6 +78,7 @@ def run_json(result: LookaheadResult, baseline: BaselineResult | None = None) ->
         "answer": result.answer,
         "steps": [{"text": s.text, "source": s.source, "verifier_score": s.verifier_score, "judge_p_yes": s.verifier_score} for s in result.steps],
         "stats": stats.model_dump(),
+        "round_log": [record.model_dump() for record in result.round_log],  # `lookahead trace` draws it
     }
     if baseline is not None:
         out["baseline"] = {
@@ -110,6 +111,22 @@ def print_answer(console: Console, result: LookaheadResult, baseline: BaselineRe
         console.print(baseline.text, markup=False, highlight=False)
         console.print(f"[bold]answer:[/] {escape(str(baseline.answer))}")
         console.print(f"speedup (AR time / LR time): {baseline.wall_time_s / max(s.wall_time_s, 1e-9):.2f}×")
+
+
+def ceiling_line(result: LookaheadResult, baseline: BaselineResult, probe_path, config) -> str | None:
+    """The measured speedup beside the replay's ceiling for this round rule at the measured α, on the baseline's own
+    steps with the probe's costs (eval/replay.py); None with adaptive γ (no one rule to replay)."""
+    from lookahead_reasoning.eval.replay import ceiling_of, load_costs, rule_of, step_lengths
+
+    if config.adaptive_depth:
+        return None
+    alpha = result.stats.acceptance_rate or 0.0
+    lengths = step_lengths(baseline.text, baseline.output_tokens, config.delimiter, config.max_step_tokens)
+    rule = rule_of(config.engine, config.fork)
+    ceiling = ceiling_of([lengths], load_costs(probe_path), rule, config.depth, alpha)
+    measured = baseline.wall_time_s / max(result.stats.wall_time_s, 1e-9)
+    return (f"ceiling ({rule} rounds, γ = {config.depth}, α {alpha:.2f}, AR's own steps replayed): {ceiling:.2f}×; "
+            f"measured {measured:.2f}×, efficiency {measured / ceiling:.2f}")
 
 
 def print_comparison(console: Console, result: LookaheadResult, baseline: BaselineResult) -> None:

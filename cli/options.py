@@ -31,6 +31,9 @@ ChatTemplate = Annotated[Optional[str], typer.Option("--chat-template", help="SG
 Depth = Annotated[str, typer.Option("--depth", help="γ: draft steps per round, or 'adaptive'")]
 Width = Annotated[int, typer.Option("--width", help="W: draft candidates per position (tree drafting when > 1)")]
 Engine = Annotated[str, typer.Option("--engine", help="sync, or async (drafting overlaps verification)")]
+Fork = Annotated[str, typer.Option(
+    "--fork", help="sync chain rounds: streamed (branches decided as they end; a round ends at its decision) or "
+    "batched (one request per fork, the round waits for its longest branch)")]
 MaxTokens = Annotated[int, typer.Option("--max-tokens", help="cap on an answer's tokens")]
 MaxStepTokens = Annotated[int, typer.Option("--max-step-tokens", help="cap on one step's tokens")]
 Verifier = Annotated[str, typer.Option("--verifier", help=VERIFIERS)]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 from lookahead_reasoning.cli.options import (
-    DEFAULT_VERIFIER, AsJson, ChatTemplate, Depth, Device, DraftUrl, EndpointsFile, Engine, JudgeUrl, MaxStepTokens,
+    DEFAULT_VERIFIER, AsJson, ChatTemplate, Depth, Device, DraftUrl, EndpointsFile, Engine, Fork, JudgeUrl, MaxStepTokens,
     MaxTokens, TargetUrl, Temperature, Threshold, Timeout, Verifier, Width, depth_options, endpoints_from, err,
     make_config,
 )
@@ -37,6 +39,11 @@ def run(
     temperature: Temperature = 0.0,
     timeout: Timeout = 300.0,
     baseline: bool = typer.Option(False, "--baseline", help="also run the target alone (AR) and report the speedup"),
+    probe: Optional[Path] = typer.Option(
+        None, help="with --baseline and a fixed γ: the servers' costs (lookahead servers probe --json), to print the "
+        "measured speedup beside the ceiling of its round rule (bench --replay)"),
+    trace: Optional[Path] = typer.Option(None, help="write the run's timeline here as one HTML page"),
+    fork: Fork = "streamed",
     as_json: AsJson = False,
 ):
     """Answer QUESTION with lookahead reasoning."""
@@ -44,14 +51,16 @@ def run(
         raise LookaheadError("the question is empty")
     sampling = {"temperature": temperature}
     config = make_config(
-        **depth_options(depth), width=width, engine=engine, max_tokens=max_tokens, max_step_tokens=max_step_tokens,
-        verifier_threshold=threshold, verifier=verifier, draft_sampling=sampling, target_sampling=sampling,
-        request_timeout_s=timeout,
+        **depth_options(depth), width=width, engine=engine, fork=fork, max_tokens=max_tokens,
+        max_step_tokens=max_step_tokens, verifier_threshold=threshold, verifier=verifier, draft_sampling=sampling,
+        target_sampling=sampling, request_timeout_s=timeout,
     )
+    if probe is not None and not probe.is_file():
+        raise LookaheadError(f"{probe}: no such probe file")
     server_set = endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)
     from rich.console import Console
 
-    from lookahead_reasoning.cli.display import RoundPrinter, print_answer, run_json
+    from lookahead_reasoning.cli.display import RoundPrinter, ceiling_line, print_answer, run_json
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
     reasoner = LookaheadReasoner(server_set, config, remember_costs=True)
@@ -62,10 +71,33 @@ def run(
     if baseline:
         err.print("[bold]running the target alone (AR baseline)…[/]")
         base = reasoner.baseline(question)
+    if trace is not None:
+        from lookahead_reasoning.eval.trace import write_trace
+
+        extra = {"speedup": base.wall_time_s / max(result.stats.wall_time_s, 1e-9)} if base else None
+        write_trace(result.round_log, trace, f"lookahead run: {question[:80]}", extra)
+        err.print(f"trace written to {trace}")
+    ceiling = ceiling_line(result, base, probe, config) if base is not None and probe is not None else None
     if as_json:
-        print(json.dumps(run_json(result, base)))
+        print(json.dumps({**run_json(result, base), **({"ceiling": ceiling} if ceiling else {})}))
     else:
         print_answer(Console(), result, base)
+        if ceiling:
+            Console().print(ceiling)
+
+
+def trace(
+    run_file: Path = typer.Argument(..., help="a `lookahead run --json` file"),
+    out: Path = typer.Option(Path("trace.html"), help="where to write the HTML page"),
+):
+    """Draw a run's timeline, round by round, as one self-contained HTML page; print its summary."""
+    from lookahead_reasoning.eval.trace import load_rounds, summary_lines, write_trace
+
+    rounds, data = load_rounds(run_file)
+    write_trace(rounds, out, f"lookahead trace: {run_file.name}", data)
+    for line in summary_lines(rounds):
+        print(line)
+    err.print(f"trace written to {out}")
 
 
 def demo(
