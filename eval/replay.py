@@ -1,46 +1,29 @@
-"""The ceiling of each round rule on real step lengths: a replay of recorded AR answers.
+"""The ceiling of each round rule on recorded answers: `lookahead bench --replay`.
 
-The paper's formulas (theory.py) price a round as if every step had the same length. Real
-reasoning steps do not (on the CPU Qwen pair's GSM8K answers: 17 to 80 tokens, p10 to p90),
-and what a round pays for that depends on its rule. This module replays recorded AR answers'
-step lengths through a timeline of each rule, with the costs a server probe measured
-(`lookahead servers probe --json`), and each draft step accepted with probability α:
+Recorded AR answers (an eval results.jsonl) give real step lengths; a server probe (`lookahead servers
+probe --json`) gives the costs; runtime/round_rules.py walks each answer through each rule's timeline.
+It is a ceiling, not a forecast: the engine's efficiency on real servers is its measured speedup over this
+figure at the measured α (`examples/side_by_side.py --probe`, `lookahead run --baseline --probe`).
 
-- `longest`: the sync round of one batched fork: the draft writes γ steps, then the target's
-  γ + 1 branches run together and the round waits for the longest, then one judge call;
-- `decision`: the sync round of streamed branches (streamed_fork.py): t_0 starts with the
-  round (or was handed on by the round before) and runs while the draft writes; each draft
-  step is judged as soon as the target's step it is compared with ends; the round ends at
-  its decision, and after a wholly accepted window it keeps what the bonus branch has
-  written and the branch goes on as the next t_0 (the next draft writes the step's rest);
-- `async`: the step pipeline (pipeline.py): the draft writes on while the target verifies,
-  at most γ steps ahead; t_k starts as soon as d_k exists; a rejection ends the round and
-  aborts what is in flight.
-
-Costs: T, the target's seconds per token alone (the probe's fitted slope), plus its fixed
-cost per request; B(n) for n branches together (interpolated from the probe's widths); c,
-the draft's time per token over the target's; the judge's seconds per call; and, where the
-probe measured them, the slowdown of each model while the other runs beside it (shared
-cores). A draft step is as long as the target's step at the same position, and the judge
-runs beside the target without slowing it. It is a ceiling, not a forecast: the engine's
-efficiency on real servers is its measured speedup over this figure at the measured α.
-
-Step lengths: an answer's text is cut at the delimiter and its output tokens shared out by
-the pieces' length in characters (as `split_steps` does), each capped at the step cap.
+Step lengths: an answer's text is cut at the delimiter and its output tokens shared out by the pieces'
+length in characters (as `split_steps` does), each capped at the step cap. Costs from the probe: T, the
+target's fitted seconds per token, and its fixed cost per request; B(n) at the probe's widths (linear
+between and beyond); c per token; the judge's seconds per call; the two models' slowdowns side by side.
 """
 
 from __future__ import annotations
 
 import json
-import random
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.programs.step_types import StepOutput, split_steps
+from lookahead_reasoning.runtime.round_rules import RULES, RuleCosts, rule_of, speedup
 
-RULES = ("longest", "decision", "async")
+__all__ = ["RULES", "RULE_TITLES", "Ceiling", "ceiling_of", "ceilings", "costs_from_probe", "load_answers",
+           "load_costs", "rule_of", "step_lengths"]
+
 RULE_TITLES = {
     "longest": "the round waits for its longest branch (sync, one batched fork)",
     "decision": "the round ends at its decision, the bonus branch goes on (sync, streamed)",
@@ -48,48 +31,31 @@ RULE_TITLES = {
 }
 
 
-@dataclass(frozen=True)
-class Costs:
-    """What the replay prices a round with (seconds)."""
+def costs_from_probe(probe: dict) -> RuleCosts:
+    """From a `lookahead servers probe --json` file's object."""
+    try:
+        beside_t = probe.get("target_beside_draft") or 1.0
+        beside_d = probe.get("draft_beside_target") or 1.0
+        return RuleCosts(
+            target_token_s=float(probe["target"]["per_token_s"]),
+            request_s=max(0.0, float(probe["target"]["fixed_s"])),
+            c=float(probe.get("c_per_token") or probe["c"]),
+            judge_s=float(probe["judge_s"]),
+            widths=tuple((int(w["width"]), float(w["b"])) for w in probe["fork"]),
+            target_beside_draft=max(1.0, float(beside_t)),
+            draft_beside_target=max(1.0, float(beside_d)),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise LookaheadError(f"the probe file does not hold a server probe ({error!r} missing or wrong)") from None
 
-    target_token_s: float  # T: one target token, one request alone
-    request_s: float = 0.0  # a target request's fixed cost (scheduling, its few uncached prompt tokens)
-    c: float = 0.45  # a draft token over a target token
-    judge_s: float = 0.0  # one judge call
-    widths: tuple[tuple[int, float], ...] = ((1, 1.0),)  # (n, B(n)) measured
-    target_beside_draft: float = 1.0  # a target token's time while the draft writes, over alone
-    draft_beside_target: float = 1.0  # a draft token's time while the target writes, over alone
 
-    def b(self, n: int) -> float:
-        """B(n), linear between the measured widths and beyond the last one."""
-        points = sorted({1: 1.0, **dict(self.widths)}.items())
-        if n <= 1:
-            return 1.0
-        for (n0, b0), (n1, b1) in zip(points, points[1:]):
-            if n <= n1:
-                return b0 + (b1 - b0) * (n - n0) / (n1 - n0)
-        if len(points) == 1:
-            return 1.0
-        (n0, b0), (n1, b1) = points[-2], points[-1]
-        return b1 + (b1 - b0) / (n1 - n0) * (n - n1)
-
-    @classmethod
-    def from_probe(cls, probe: dict) -> Costs:
-        """From a `lookahead servers probe --json` file's object."""
-        try:
-            beside_t = probe.get("target_beside_draft") or 1.0
-            beside_d = probe.get("draft_beside_target") or 1.0
-            return cls(
-                target_token_s=float(probe["target"]["per_token_s"]),
-                request_s=max(0.0, float(probe["target"]["fixed_s"])),
-                c=float(probe.get("c_per_token") or probe["c"]),
-                judge_s=float(probe["judge_s"]),
-                widths=tuple((int(w["width"]), float(w["b"])) for w in probe["fork"]),
-                target_beside_draft=max(1.0, float(beside_t)),
-                draft_beside_target=max(1.0, float(beside_d)),
-            )
-        except (KeyError, TypeError, ValueError) as error:
-            raise LookaheadError(f"the probe file does not hold a server probe ({error!r} missing or wrong)") from None
+def load_costs(path: Path) -> RuleCosts:
+    try:
+        return costs_from_probe(json.loads(path.read_text()))
+    except OSError as error:
+        raise LookaheadError(f"{path}: {error.strerror}") from None
+    except ValueError:
+        raise LookaheadError(f"{path}: not JSON (write it with lookahead servers probe --json)") from None
 
 
 def step_lengths(text: str, output_tokens: int, delimiter: str = "\n\n", cap: int = 100) -> list[int]:
@@ -115,94 +81,6 @@ def load_answers(path: Path, method: str = "ar", delimiter: str = "\n\n", cap: i
     return answers
 
 
-def ar_time(lengths: list[int], costs: Costs) -> float:
-    """The target alone: one request that writes every step."""
-    return costs.request_s + sum(lengths) * costs.target_token_s
-
-
-def replay(lengths: list[int], rule: str, depth: int, alpha: float, costs: Costs, rng: random.Random) -> float:
-    """Seconds one answer of these step lengths takes under `rule` at γ = `depth`, drafts accepted with `alpha`."""
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {RULES}")
-    return {"longest": _longest, "decision": _decision, "async": _async}[rule](lengths, depth, alpha, costs, rng)
-
-
-def _accepts(rng: random.Random, alpha: float) -> bool:
-    return rng.random() < alpha
-
-
-def _longest(lengths, depth, alpha, costs, rng) -> float:
-    t, p, n, T = 0.0, 0, len(lengths), costs.target_token_s
-    while p < n:
-        m = min(depth, n - 1 - p)  # draft steps whose target step after exists to judge against
-        draft = costs.c * T * sum(lengths[p:p + m])
-        branches = lengths[p:p + m + 1]
-        fork = costs.request_s + costs.b(len(branches)) * T * max(branches)
-        accepted = 0
-        while accepted < m and _accepts(rng, alpha):
-            accepted += 1
-        t += draft + fork + (costs.judge_s if m else 0.0)
-        p += accepted + 1
-    return t
-
-
-def _decision(lengths, depth, alpha, costs, rng) -> float:
-    T, n = costs.target_token_s, len(lengths)
-    t, p, head = 0.0, 0, 0.0  # head: tokens of step p that the handed-on t_0 had written when its round began
-    while p < n:
-        m = min(depth, n - 1 - p)
-        # the round before kept what t_0 had written: the draft writes the rest of that step, then whole ones
-        draft = costs.c * T * costs.draft_beside_target * (sum(lengths[p:p + m]) - head) if m else 0.0
-        per_token = T * costs.b(m + 1)  # every branch, once the draft is done
-        start = t if head else t + costs.request_s  # t_0: running already, or sent now
-        left = lengths[p] - head
-        beside = T * costs.target_beside_draft if m else T
-        during_draft = max(0.0, t + draft - start) / beside  # what t_0 writes while the draft writes
-        ends = [start + left * beside if during_draft >= left else t + draft + (left - during_draft) * per_token]
-        sent = t + draft + costs.request_s  # t_1..t_m, after the draft's window
-        ends += [sent + lengths[p + k] * per_token for k in range(1, m + 1)]
-        decided, k = t + draft, 0
-        while k < m:  # d_{k+1} is judged against t_k once both are there
-            decided = max(decided, ends[k]) + costs.judge_s
-            if not _accepts(rng, alpha):
-                break
-            k += 1
-        if m == 0:
-            t, p, head = ends[0], p + 1, 0.0
-        elif k < m:  # rejected: t_k is kept, the branches after it are aborted
-            t, p, head = decided, p + k + 1, 0.0
-        else:  # the window is accepted: t_m goes on as the next round's t_0
-            t, p, head = decided, p + m, min(float(lengths[p + m]), max(1e-9, (decided - sent) / per_token))
-    return t
-
-
-def _async(lengths, depth, alpha, costs, rng) -> float:
-    T, n = costs.target_token_s, len(lengths)
-    target_token = T * costs.target_beside_draft * costs.b(depth + 1)
-    draft_token = costs.c * T * costs.draft_beside_target
-    t, p = 0.0, 0
-    while p < n:
-        target_end = {0: t + costs.request_s + lengths[p] * target_token}
-        draft_end: dict[int, float] = {}
-        accepted_at: dict[int, float] = {0: t}
-        judge_free, i = t, 1
-        while True:
-            if p + i >= n:  # no step after the last: its target step is kept
-                t, p = target_end[i - 1], n
-                break
-            # d_i starts when d_{i-1} is done and the draft is at most γ steps ahead of the verified
-            start = max(draft_end.get(i - 1, t), accepted_at.get(max(0, i - 1 - depth), t))
-            draft_end[i] = start + draft_token * lengths[p + i - 1]
-            target_end[i] = draft_end[i] + costs.request_s + lengths[p + i] * target_token
-            judge_free = max(judge_free, target_end[i - 1], draft_end[i]) + costs.judge_s
-            if not _accepts(rng, alpha):
-                t, p = judge_free, p + i
-                break
-            accepted_at[i] = judge_free
-            i += 1
-    return t
-
-
 @dataclass(frozen=True)
 class Ceiling:
     rule: str
@@ -211,38 +89,12 @@ class Ceiling:
     speedup: float  # AR time over LR time, summed over the answers, median over the draws
 
 
-def ceilings(answers: list[list[int]], costs: Costs, rules=RULES, depths=(1, 2, 3), alphas=(0.63, 0.8, 1.0),
+def ceilings(answers: list[list[int]], costs: RuleCosts, rules=RULES, depths=(1, 2, 3), alphas=(0.63, 0.8, 1.0),
              draws: int = 20, seed: int = 0) -> list[Ceiling]:
     """AR time over LR time for every rule, γ and α: the answers' sums, the median over `draws` seeded draws."""
-    ar = sum(ar_time(lengths, costs) for lengths in answers)
-    out = []
-    for rule in rules:
-        for depth in depths:
-            for alpha in alphas:
-                ratios = []
-                for draw in range(draws):
-                    rng = random.Random(f"{seed}:{rule}:{depth}:{alpha}:{draw}")
-                    ratios.append(ar / sum(replay(lengths, rule, depth, alpha, costs, rng) for lengths in answers))
-                out.append(Ceiling(rule, depth, alpha, statistics.median(ratios)))
-    return out
+    return [Ceiling(rule, depth, alpha, speedup(answers, costs, rule, depth, alpha, draws, str(seed)))
+            for rule in rules for depth in depths for alpha in alphas]
 
 
-def rule_of(engine: str, fork: str) -> str:
-    """The replay's rule for an engine setting."""
-    if engine == "async":
-        return "async"
-    return "decision" if fork == "streamed" else "longest"
-
-
-def ceiling_of(answers: list[list[int]], costs: Costs, rule: str, depth: int, alpha: float, draws: int = 20) -> float:
-    [ceiling] = ceilings(answers, costs, rules=(rule,), depths=(depth,), alphas=(alpha,), draws=draws)
-    return ceiling.speedup
-
-
-def load_costs(path: Path) -> Costs:
-    try:
-        return Costs.from_probe(json.loads(path.read_text()))
-    except OSError as error:
-        raise LookaheadError(f"{path}: {error.strerror}") from None
-    except ValueError:
-        raise LookaheadError(f"{path}: not JSON (write it with lookahead servers probe --json)") from None
+def ceiling_of(answers: list[list[int]], costs: RuleCosts, rule: str, depth: int, alpha: float, draws: int = 20) -> float:
+    return speedup(answers, costs, rule, depth, alpha, draws, "0")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lookahead_reasoning import LookaheadConfig, LookaheadReasoner
 from lookahead_reasoning.cli.options import depth_options  # `--depth adaptive` as `lookahead run` takes it
-from lookahead_reasoning.eval.replay import Costs, ceiling_of, rule_of, step_lengths
+from lookahead_reasoning.eval.replay import ceiling_of, costs_from_probe, rule_of, step_lengths
 from lookahead_reasoning.eval.server_probe import ServerProbe
 from lookahead_reasoning.eval.trace import write_trace
 from lookahead_reasoning.runtime.servers.endpoints import load_endpoints
@@ -59,7 +59,7 @@ def ceiling(rows: list[dict], method: str, probe: ServerProbe) -> tuple[float, f
     alpha = accepted / judged if judged else 0.0
     answers = [step_lengths(row["ar"]["text"], row["ar"]["tokens"], config.delimiter, config.max_step_tokens)
                for row in rows]
-    costs = Costs.from_probe(probe.model_dump())
+    costs = costs_from_probe(probe.model_dump())
     return alpha, ceiling_of(answers, costs, rule_of(config.engine, config.fork), config.depth, alpha)
 
 

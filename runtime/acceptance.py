@@ -24,7 +24,10 @@ from lookahead_reasoning.verifiers.base import Verdict
 
 
 def step_tokens(step: StepOutput) -> int:
-    """The tokens a kept step counts against the cap (an empty step still counts as one)."""
+    """The tokens a kept step counts against the cap: an empty step still counts as one (its EOS), except the
+    empty rest of a step whose every token a round before already kept (streamed_fork.py)."""
+    if not step.text and step.ending == "length":
+        return step.completion_tokens
     return max(1, step.completion_tokens)
 
 

@@ -149,6 +149,11 @@ class CostModel:
                     self._lengths.add(n)
                 self.version += 1
 
+    def step_lengths(self) -> list[int]:
+        """The target's recent step lengths (tokens), oldest first: what a replay of the round rules walks."""
+        with self._lock:
+            return self._lengths.state()
+
     def observe_verifier(self, pairs: int, seconds: float, answers: float = 1.0) -> None:
         if pairs > 0 and seconds > 0:
             with self._lock:

@@ -20,6 +20,7 @@ from lookahead_reasoning.runtime.policy.planner import depth_limit
 from lookahead_reasoning.runtime.policy.round_plan import DepthPolicy, RoundPlan
 from lookahead_reasoning.runtime.policy.target_load import TargetLoad, Tracked
 from lookahead_reasoning.runtime.results import RoundRecord
+from lookahead_reasoning.runtime.round_rules import rule_of
 
 __all__ = ["AcceptanceTally", "AdaptiveDepth", "DepthPolicy", "FixedDepth", "RoundPlan", "TargetLoad", "Tracked",
            "depth_limit", "make_depth_policy"]
@@ -54,5 +55,6 @@ def make_depth_policy(config: LookaheadConfig, mode: str, costs: CostModel | Non
     """The policy `config` asks for; `costs` lets several engines share what one server set costs."""
     if config.adaptive_depth:
         return AdaptiveDepth(mode, min(config.depth, config.max_depth), config.max_depth, config.width, costs=costs,
-                             max_nodes=config.max_tree_nodes, client_cpu=ClientCpu())
+                             max_nodes=config.max_tree_nodes, client_cpu=ClientCpu(),
+                             rule=rule_of(mode, config.fork))
     return FixedDepth(config.depth, config.width)

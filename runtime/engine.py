@@ -276,7 +276,8 @@ class Engine:
                                     branch.tokens, branch.fate))
         for start, end, pairs in fork.judge_calls:
             spans.append(state.span("verify", f"{pairs} pair{'s' * (pairs > 1)}", start, end, pairs))
-        waited = [t.completion_tokens for t in returned]
+        # whole steps (a handed-on t_0's piece kept a round before included): a sample of the target's step lengths
+        waited = [fork.branches[node].tokens for node in fork.target_after]
         return self._finish_round(state, walk, RoundWork(
             depth=plan.depth, started=started, judged=judged, draft_s=draft_s,
             target_s=max(0.0, fork.decided - t1 - fork.verify_s), verify_s=fork.verify_s,

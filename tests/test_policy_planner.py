@@ -200,3 +200,32 @@ def test_the_demo_names_the_draft_as_the_reason_where_branches_are_free_but_ar_w
     print_cost_story(Console(width=200), result)
     out = capsys.readouterr().out
     assert "branches are nearly free here, but at c = 0.60 and α = 0.40 drafting would give at most 0.82× AR" in out
+
+
+def test_streamed_rounds_are_priced_by_a_replay_of_the_runs_own_step_lengths():
+    """Rule 4 for rounds that end at their decision: once REPLAY_STEPS lengths are known, a round of γ is priced
+    by the replay of those lengths (round_rules.py), not by the equal-step theory; before that, by the theory."""
+    from lookahead_reasoning.runtime.policy.planner import REPLAY_DRAWS, REPLAY_STEPS, Estimates, Planner
+    from lookahead_reasoning.runtime.round_rules import RuleCosts, speedup
+
+    def estimates(costs):
+        return Estimates(costs, answers=1, alpha_at=lambda width, optimistic=False: 0.7, ar_step=1.0)
+
+    streamed = Planner("sync", width=1, initial=1, max_depth=4, rule="decision")
+    batched = Planner("sync", width=1, initial=1, max_depth=4)
+    costs = fitted_costs()  # free branches
+    costs.observe_draft(0.45 * TOKENS * T, 1)
+    costs.observe_step_lengths([20] * (REPLAY_STEPS - 1))
+    assert streamed.speedup(estimates(costs), 1, 1, 0.7, 0.45, 0.1) == batched.speedup(estimates(costs), 1, 1, 0.7,
+                                                                                         0.45, 0.1)
+    lengths = [5, 80, 12, 60, 17, 40, 90, 25, 33, 8]  # unequal, as real steps are
+    costs.observe_step_lengths(lengths)
+    known = costs.step_lengths()
+    for depth in (1, 2):
+        rule_costs = RuleCosts(target_token_s=1.0, c=0.45, judge_s=0.1 * sum(known) / len(known),
+                               widths=tuple((n, costs.branch_cost(n)) for n in range(2, depth + 2)))
+        expected = speedup([known], rule_costs, "decision", depth, 0.7, REPLAY_DRAWS)
+        assert streamed.speedup(estimates(costs), depth, 1, 0.7, 0.45, 0.1) == pytest.approx(expected)
+    # trees are batched forks: priced by the theory whatever the rule
+    assert streamed.speedup(estimates(costs), 2, 2, 0.7, 0.45, 0.1) == batched.speedup(estimates(costs), 2, 2, 0.7,
+                                                                                         0.45, 0.1)

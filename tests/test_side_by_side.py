@@ -77,7 +77,7 @@ def _probe(c: float, j: float, b2: float):
 
 
 def test_the_ceiling_replays_ars_own_steps_at_the_measured_acceptance():
-    from lookahead_reasoning.eval.replay import Costs, ceiling_of, step_lengths
+    from lookahead_reasoning.eval.replay import ceiling_of, costs_from_probe, step_lengths
 
     script = _script()
     probe = _probe(c=0.5, j=0.1, b2=1.0)
@@ -89,9 +89,9 @@ def test_the_ceiling_replays_ars_own_steps_at_the_measured_acceptance():
     alpha, total = script.ceiling(rows, "sync-2", probe)
     assert alpha == 0.5
     answers = [step_lengths(text, 12), step_lengths(text * 2, 40)]
-    assert total == ceiling_of(answers, Costs.from_probe(probe.model_dump()), "longest", 2, 0.5)
+    assert total == ceiling_of(answers, costs_from_probe(probe.model_dump()), "longest", 2, 0.5)
     _, streamed = script.ceiling([{**r, "sync-2-streamed": r["sync-2"]} for r in rows], "sync-2-streamed", probe)
-    assert streamed == ceiling_of(answers, Costs.from_probe(probe.model_dump()), "decision", 2, 0.5)
+    assert streamed == ceiling_of(answers, costs_from_probe(probe.model_dump()), "decision", 2, 0.5)
     assert script.ceiling(rows, "sync-adaptive", probe) is None
     assert script.ceiling([{**rows[0], "ar": {"seconds": 1.0, "tokens": 3}}], "sync-2", probe) is None  # no AR text
 

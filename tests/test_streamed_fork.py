@@ -157,7 +157,7 @@ def test_models_that_cannot_send_a_branch_alone_get_one_batched_fork_per_round()
 
 
 def test_the_async_pipeline_aborts_the_branches_a_rejection_leaves_behind():
-    models = HeldBranches(TARGET, DRAFT)
+    models = HeldAfterRejection(TARGET, DRAFT)
     verifier = FastPathVerifier(ScriptedJudge(ACCEPT))
     result = AsyncEngine(LookaheadConfig(depth=2, engine="async"), models, verifier).answer("q")
     assert result.text == AR_TEXT

@@ -30,10 +30,11 @@ class AdaptiveDepth:
     def __init__(
         self, mode: str, initial: int, max_depth: int, width: int = 1, forget: float = 0.9,
         costs: CostModel | None = None, max_nodes: int | None = None, client_cpu: ClientCpu | None = None,
+        rule: str = "longest",
     ):
         self.forget = forget  # per round of each answer: α̂'s short memory and the measured rates
         self.costs = costs or CostModel()
-        self.planner = Planner(mode, width, initial, max_depth, max_nodes)
+        self.planner = Planner(mode, width, initial, max_depth, max_nodes, rule)
         self.probes = ProbeSchedule(self.planner)
         self.acceptance = Acceptance()
         self.rates = MeasuredRates()

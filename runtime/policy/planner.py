@@ -9,7 +9,10 @@ Rules, in order:
 3. The draft or the verifier not priced yet: one drafted step, which measures them (a measuring round: the
    target writes its own step alone, so it costs c + j over AR, not c + B(2) + j).
 4. Else the (γ, W) of the highest expected speedup by the theory (theory.engine_speedup with B(n) and j),
-   over AR as it runs here (stretches: stretches.ar_step); AR where nothing beats 1.
+   over AR as it runs here (stretches: stretches.ar_step); AR where nothing beats 1. Chain rounds that end at
+   their decision (rule "decision", streamed_fork.py) are priced by a replay of the run's own step lengths
+   through that rule's timeline (round_rules.py) once REPLAY_STEPS lengths are known: their cost follows
+   the lengths of the branches a decision waits for, which no equal-step formula has.
 5. Where α̂ says AR but α̂ one standard error up says drafting, one drafted step: it judges more positions,
    and a few unlucky verdicts at the start cannot hold the answers at AR; never deeper on so little.
 6. Where the measured rates say drafting rounds gain under GAIN_TO_DRAFT, AR whatever the model says; this
@@ -30,10 +33,14 @@ from typing import NamedTuple
 from lookahead_reasoning.runtime.cost_model import CostModel
 from lookahead_reasoning.runtime.policy.rates import GAIN_TO_DRAFT
 from lookahead_reasoning.runtime.policy.round_plan import RoundPlan
+from lookahead_reasoning.runtime.round_rules import RuleCosts
+from lookahead_reasoning.runtime.round_rules import speedup as replayed_speedup
 from lookahead_reasoning.runtime.theory import engine_speedup, round_steps, tree_branches
 
 CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 TREE_NODE_BUDGET = 16  # leaves; the drafting itself is capped by LookaheadConfig.max_tree_nodes
+REPLAY_STEPS = 8  # step lengths seen before streamed rounds are priced by a replay of them (rule 4)
+REPLAY_DRAWS = 8  # seeded draws of the verdicts per replayed price
 
 
 def depth_limit(max_depth: int, width: int) -> int:
@@ -71,7 +78,9 @@ class Planner:
     initial: int  # γ where nothing is known and the engine cannot fork a probe
     max_depth: int
     max_nodes: int | None = None
+    rule: str = "longest"  # how the engine's chain rounds run (round_rules.RULES)
     _ceilings: dict = field(default_factory=dict, compare=False, repr=False)  # see `ceiling`
+    _replayed: dict = field(default_factory=dict, compare=False, repr=False)  # see `speedup`
 
     @property
     def forks_itself(self) -> bool:
@@ -89,9 +98,25 @@ class Planner:
 
     def speedup(self, e: Estimates, depth: int, width: int, alpha: float, c: float, judge: float) -> float:
         """The expected speedup of a round of (γ, W) over AR as it runs here."""
+        if self.rule == "decision" and width == 1:
+            lengths = e.costs.step_lengths()
+            if len(lengths) >= REPLAY_STEPS:
+                return self._replay(e, lengths, depth, alpha, c, judge) * e.ar_step
         branch_cost = lambda n: e.costs.fork_cost(n, e.answers)  # noqa: E731
         return engine_speedup(self.mode, depth, alpha, c, judge, width, branch_cost, self.max_nodes,
                               self.window) * e.ar_step
+
+    def _replay(self, e: Estimates, lengths: list[int], depth: int, alpha: float, c: float, judge: float) -> float:
+        """Streamed rounds of γ = `depth` replayed on `lengths`, in target tokens; kept until the costs change."""
+        key = (e.costs.version, e.answers, depth, round(alpha, 3), round(c, 3), round(judge, 3))
+        if key not in self._replayed:
+            if len(self._replayed) > 512:
+                self._replayed.clear()
+            mean = sum(lengths) / len(lengths)
+            costs = RuleCosts(target_token_s=1.0, c=c, judge_s=judge * mean,
+                              widths=tuple((n, e.costs.branch_cost(n, e.answers)) for n in range(2, depth + 2)))
+            self._replayed[key] = replayed_speedup([lengths], costs, "decision", depth, alpha, REPLAY_DRAWS)
+        return self._replayed[key]
 
     def best(self, e: Estimates, width: int, alpha: float, c: float, judge: float | None = None) -> tuple[int, float]:
         """(γ, speedup) at `width`, (0, 1.0) where AR wins; `judge` None: j from the cost model for each γ's pairs."""
