@@ -37,9 +37,10 @@ class LookaheadConfig(BaseModel):
     max_tree_nodes: int = Field(32, ge=1, description="budget of draft nodes per round for W > 1 (W^γ grows fast)")
     engine: Literal["sync", "async"] = Field("sync", description="async overlaps drafting with verification")
     fork: Literal["batched", "streamed"] = Field(
-        "batched", description="sync chain rounds: batched sends the fork as one request and judges every pair; "
-        "streamed judges each draft step as soon as the target's step it is compared with arrives and aborts "
-        "branches that can no longer be kept (streamed_fork.py)",
+        "streamed", description="sync chain rounds: streamed sends each branch as a streamed request, judges each "
+        "draft step as soon as the target's step it is compared with ends, aborts branches that can no longer be "
+        "kept and hands a wholly accepted window's bonus branch on to the next round (streamed_fork.py); batched "
+        "sends the fork as one request, waits for its longest branch and judges every pair",
     )
     tree_temperature: float = Field(0.8, gt=0.0, description="draft temperature for W > 1 when draft sampling is greedy")
     delimiter: str = Field("\n\n", min_length=1, description="text that ends a step")
