@@ -96,7 +96,7 @@ class SGLangStepModels:
     ) -> StepOutput:
         """The target's step after `prefix + continuation` as a streamed request of its own, with SGLang request
         id `rid` (so that `abort_target(rid)` can stop it; it then raises RequestAborted); `on_progress(text, tokens)`
-        hears what it has written so far. The prefix is expected in the radix cache."""
+        hears what it has written so far, until it ends. The prefix is expected in the radix cache."""
         return target_stream(
             self.target_backend.with_request_id(rid), prefix, continuation, self.delimiter, max_step_tokens,
             self.target_sampling, on_progress,

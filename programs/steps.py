@@ -97,14 +97,15 @@ def target_steps(backend, prefix, continuations, delimiter, max_step_tokens, sam
 def target_stream(backend, prefix, continuation, delimiter, max_step_tokens, sampling, on_progress=None) -> StepOutput:
     """The target's step after `prefix + continuation` as one streamed request (`stream_generation`): with the
     backend's request id, the caller can abort it while it runs. `on_progress(text, tokens)` hears the text and
-    the completion tokens written so far as they stream in. The prefix is not committed first: it is expected in
-    the radix cache."""
+    the completion tokens written so far as they stream in, for every chunk but the last (the step itself). The
+    prefix is not committed first: it is expected in the radix cache."""
     request = backend.generation_request(prefix + continuation, _step_params(delimiter, max_step_tokens, sampling))
 
     def progress(chunk: dict) -> None:
-        tokens = (chunk.get("meta_info") or {}).get("completion_tokens")
-        text = chunk.get("text")
-        if on_progress is not None and isinstance(tokens, int) and isinstance(text, str):
+        meta = chunk.get("meta_info") or {}
+        tokens, text = meta.get("completion_tokens"), chunk.get("text")
+        if on_progress is not None and meta.get("finish_reason") is None and isinstance(tokens, int) \
+                and isinstance(text, str):
             on_progress(text, tokens)
 
     [step] = _read_steps([backend.stream_generation(request, progress)], delimiter)

@@ -3,9 +3,13 @@
 A branch is the target's step after `prefix + continuation`, sent as a streamed request with
 its own SGLang request id. The engine can wait for it, abort it (`/abort_request`) when its
 step can no longer be kept, or hand it to the next round: a branch after the text a round
-keeps is exactly the step the target alone would write next. The round keeps what it has
-written so far (`cut`: target text, what AR would write) and the branch goes on running as
-the next round's first branch (t_0), whose step is then the rest (`rest`).
+keeps is exactly the step the target alone would write next. The round keeps the start of
+that step (`cut`: target text, what AR would write) and the branch goes on running as the
+next round's first branch (t_0), whose step is then the rest (`rest`).
+
+Where the step is cut does not depend on timing: at its first `handoff` tokens (the text
+the stream showed at exactly that count), so a run's answer is the same however fast the
+servers were. A step of at most `handoff` tokens is kept whole.
 
 Each branch notes when it started and ended, how many tokens it wrote and what became of
 it, for the round's trace (results.TraceSpan).
@@ -39,6 +43,9 @@ class Branch:
     future: Future | None = None  # set where a pool runs it (start_branch)
     tokens: int = 0  # completion tokens written so far (as streamed)
     text: str = ""  # the text written so far (as streamed)
+    handoff: int | None = None  # the token count at which a round may cut its step (`cut`)
+    mark: tuple[str, int] | None = None  # the text streamed at exactly `handoff` tokens
+    reached: threading.Event = field(default_factory=threading.Event)  # `handoff` tokens written, or ended
     consumed: StepOutput | None = None  # the start of its step that a round already kept (`cut`)
     ended: float | None = None
     fate: str = "running"  # kept, judged, handed on, aborted, unused
@@ -66,12 +73,14 @@ class Branch:
             return
         self.models.abort_target(self.rid)
 
-    def cut(self, delimiter: str) -> StepOutput:
-        """What the branch has written so far, as a piece of its step that a round keeps now: the streamed text,
-        less any tail that could be the start of the delimiter (the step's end is the next round's to judge) or
-        an unfinished character."""
-        with self._lock:
-            text, tokens = self.text, self.tokens
+    def cut(self, delimiter: str) -> StepOutput | None:
+        """The start of the branch's step that a round keeps now, once `handoff` tokens are written (`reached`):
+        the text streamed at exactly that count, less any tail that could begin the delimiter (the step's end is
+        the next round's to judge) or an unfinished character. None where the step is kept whole: it ended
+        within `handoff` tokens, or the stream never showed that count."""
+        if self.mark is None:
+            return None
+        text, tokens = self.mark
         streamed = text
         text = text.rstrip("\ufffd")
         for size in range(min(len(delimiter) - 1, len(text)), 0, -1):
@@ -81,11 +90,10 @@ class Branch:
         if delimiter in text:  # the step ended here: keep none of it, the next round judges it whole
             text = ""
         kept_tokens = tokens if text == streamed else max(0, tokens - 1)  # a trimmed tail: about one token
-        if kept_tokens < 1:
-            text = ""
-        piece = StepOutput(text, "length", completion_tokens=kept_tokens if text else 0)
-        self.consumed = piece
-        return piece
+        if kept_tokens < 1 or not text:
+            return None
+        self.consumed = StepOutput(text, "length", completion_tokens=kept_tokens)
+        return self.consumed
 
     def rest(self, step: StepOutput) -> StepOutput:
         """The branch's step less the piece a round already kept (`cut`)."""
@@ -102,6 +110,10 @@ class Branch:
         with self._lock:
             if tokens >= self.tokens:
                 self.tokens, self.text = tokens, text
+            if self.handoff is not None and tokens >= self.handoff:
+                if tokens == self.handoff and self.mark is None:
+                    self.mark = (text, tokens)
+                self.reached.set()
         if first and self.fate == "aborted":  # the abort may have reached the server before the request did
             self.models.abort_target(self.rid)
 
@@ -113,18 +125,20 @@ class Branch:
             step = self.models.target_branch(self.prefix, self.continuation, cap, self.rid, self._progress)
         finally:
             self.ended = time.perf_counter()
+            self.reached.set()
         self.tokens = step.completion_tokens
         return step
 
 
-def new_branch(models, prefix: str, continuation: str) -> Branch:
+def new_branch(models, prefix: str, continuation: str, handoff: int | None = None) -> Branch:
     """A branch not sent yet: `run` sends it in the calling thread."""
-    return Branch(models, prefix, continuation, f"lookahead-{uuid.uuid4().hex}", time.perf_counter())
+    return Branch(models, prefix, continuation, f"lookahead-{uuid.uuid4().hex}", time.perf_counter(), handoff=handoff)
 
 
-def start_branch(models, pool: ThreadPoolExecutor, prefix: str, continuation: str, cap: int) -> Branch:
+def start_branch(models, pool: ThreadPoolExecutor, prefix: str, continuation: str, cap: int,
+                 handoff: int | None = None) -> Branch:
     """Send the target's step after `prefix + continuation` (at most `cap` tokens) as a branch of its own."""
-    branch = new_branch(models, prefix, continuation)
+    branch = new_branch(models, prefix, continuation, handoff)
     branch.future = pool.submit(branch.run, cap)
     return branch
 

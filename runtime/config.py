@@ -42,6 +42,9 @@ class LookaheadConfig(BaseModel):
         "kept and hands a wholly accepted window's bonus branch on to the next round (streamed_fork.py); batched "
         "sends the fork as one request, waits for its longest branch and judges every pair",
     )
+    handoff_tokens: int = Field(
+        32, ge=1, description="streamed sync rounds: a wholly accepted window keeps the first this many tokens of "
+        "its bonus branch's step (the whole step if it is no longer) and hands the branch on (streamed_fork.py)")
     tree_temperature: float = Field(0.8, gt=0.0, description="draft temperature for W > 1 when draft sampling is greedy")
     delimiter: str = Field("\n\n", min_length=1, description="text that ends a step")
     max_step_tokens: int = Field(100, ge=1, description="cap on the tokens of one step")

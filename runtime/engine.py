@@ -137,6 +137,9 @@ class _AnswerState:
     def span(self, role: str, label: str, start: float, end: float, tokens: int = 0, fate: str = "") -> TraceSpan:
         return TraceSpan(role=role, label=label, start=self.clock(start), end=self.clock(end), tokens=tokens, fate=fate)
 
+    def verify_span(self, start: float, end: float, pairs: int) -> TraceSpan:
+        return self.span("verify", f"{pairs} pair{'s' * (pairs > 1)}", start, end, pairs)
+
     @property
     def prefix(self) -> str:
         return self.prompt + self.text
@@ -253,7 +256,8 @@ class Engine:
         try:
             with self.policy.target_load.track(1 + sum(n.step.complete for n in tree.nodes)) as load:
                 fork = stream_fork(self.models, state.pool, state.prefix, tree, root, cap,
-                                   lambda pairs: self.verify(state, pairs), self.config.delimiter)
+                                   lambda pairs: self.verify(state, pairs), self.config.delimiter,
+                                   self.config.handoff_tokens)
         except Exception as error:
             raise target_failed(error) from None
         state.handed_on = fork.handed_on
@@ -262,7 +266,7 @@ class Engine:
         verdicts = [fork.verdicts.get(i, Verdict(False, None, "unjudged")) for i in range(len(tree.nodes))]
         walk = self._walk(state)
         walk_tree(tree, verdicts, fork.target_after, walk)
-        if fork.piece is not None and fork.piece.text:
+        if fork.piece is not None:
             walk.keep_piece(fork.piece)
         judged = [
             JudgedDraft(draft=fork.pairs[i][1], target=fork.pairs[i][0], accept=verdicts[i].accept,
@@ -274,8 +278,7 @@ class Engine:
         for node, branch in fork.branches.items():
             spans.append(state.span("target", f"t{node + 1}", branch.started, branch.ended or fork.decided,
                                     branch.tokens, branch.fate))
-        for start, end, pairs in fork.judge_calls:
-            spans.append(state.span("verify", f"{pairs} pair{'s' * (pairs > 1)}", start, end, pairs))
+        spans += [state.verify_span(start, end, pairs) for start, end, pairs in fork.judge_calls]
         # whole steps (a handed-on t_0's piece kept a round before included): a sample of the target's step lengths
         waited = [fork.branches[node].tokens for node in fork.target_after]
         return self._finish_round(state, walk, RoundWork(
@@ -403,7 +406,7 @@ class Engine:
         label = "t1" if len(outputs) == 1 else f"t1..t{len(outputs)} (one batch)"
         spans.append(state.span("target", label, t1, t2, sum(o.completion_tokens for o in outputs), "judged"))
         if pairs:
-            spans.append(state.span("verify", f"{pairs} pair{'s' * (pairs > 1)}", t2, t2 + verify_s, pairs))
+            spans.append(state.verify_span(t2, t2 + verify_s, pairs))
         return spans
 
     def _finish_round(self, state: _AnswerState, walk: AcceptanceWalk, work: RoundWork) -> RoundRecord:
@@ -515,8 +518,7 @@ class AsyncEngine(Engine):
                     done.result() is kept_target else ("judged" if branch.ended is not None else "unused")
             spans.append(state.span("target", f"t{i}", branch.started, branch.ended or time.perf_counter(),
                                     branch.tokens, fate))
-        spans += [state.span("verify", f"{pairs} pair{'s' * (pairs > 1)}", start, end, pairs)
-                  for start, end, pairs in pipe.judge_calls]
+        spans += [state.verify_span(start, end, pairs) for start, end, pairs in pipe.judge_calls]
         return spans
 
     def _timed_draft(self, prefix: str, plan: RoundPlan, cap: int) -> tuple[DraftTree, float]:

@@ -53,7 +53,8 @@ class RoundRecord(BaseModel):
     draft_s: float  # time spent drafting this round's window (overlapped with the previous round when async)
     target_s: float
     # the same as the target server timed it (the longest of its requests, SGLang's e2e_latency; None where a
-    # server did not say): without the client's own time, which grows with the answers that share its CPU
+    # server did not say, and for streamed rounds, whose branches overlap the drafting): without the client's
+    # own time, which grows with the answers that share its CPU
     target_server_s: float | None = None
     verify_s: float = Field(validation_alias=AliasChoices("verify_s", "judge_s"))  # the verifier's time
     wall_s: float

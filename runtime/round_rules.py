@@ -8,8 +8,9 @@ do not, and what a round pays for that depends on its rule:
 - `decision`: the sync round of streamed branches (streamed_fork.py): t_0 starts with the round (or was
   handed on by the round before) and runs while the draft writes; each draft step is judged as soon as
   the target's step it is compared with ends; the round ends at its decision, and after a wholly
-  accepted window it keeps what the bonus branch has written and the branch goes on as the next t_0
-  (the next draft writes the step's rest);
+  accepted window it keeps the bonus branch's first `handoff_tokens` tokens (the whole step where it is
+  no longer, waiting for them where need be) and the branch goes on as the next t_0 (the next draft
+  writes the step's rest);
 - `async`: the step pipeline (pipeline.py): the draft writes on while the target verifies, at most γ
   steps ahead; t_k starts as soon as d_k exists; a rejection ends the round and aborts what is in flight.
 
@@ -42,6 +43,7 @@ class RuleCosts:
     widths: tuple[tuple[int, float], ...] = ((1, 1.0),)  # (n, B(n)) measured
     target_beside_draft: float = 1.0  # a target token's time while the draft writes, over alone
     draft_beside_target: float = 1.0  # a draft token's time while the target writes, over alone
+    handoff_tokens: int = 32  # `decision`: the bonus step's tokens kept at a wholly accepted window (the config's)
 
     def b(self, n: int) -> float:
         """B(n), linear between the measured widths and beyond the last one."""
@@ -90,11 +92,12 @@ def _longest(lengths, depth, alpha, costs, rng) -> float:
 
 def _decision(lengths, depth, alpha, costs, rng) -> float:
     T, n = costs.target_token_s, len(lengths)
-    t, p, head = 0.0, 0, 0.0  # head: tokens of step p that the handed-on t_0 had written when its round began
+    t, p = 0.0, 0
+    head = 0.0  # tokens of step p that the handed-on t_0 had written when its round began
+    piece = 0  # tokens of step p that the round before kept: the draft writes the rest
     while p < n:
         m = min(depth, n - 1 - p)
-        # the round before kept what t_0 had written: the draft writes the rest of that step, then whole ones
-        draft = costs.c * T * costs.draft_beside_target * (sum(lengths[p:p + m]) - head) if m else 0.0
+        draft = costs.c * T * costs.draft_beside_target * (sum(lengths[p:p + m]) - piece) if m else 0.0
         per_token = T * costs.b(m + 1)  # every branch, once the draft is done
         start = t if head else t + costs.request_s  # t_0: running already, or sent now
         left = lengths[p] - head
@@ -110,11 +113,15 @@ def _decision(lengths, depth, alpha, costs, rng) -> float:
                 break
             k += 1
         if m == 0:
-            t, p, head = ends[0], p + 1, 0.0
+            t, p, head, piece = ends[0], p + 1, 0.0, 0
         elif k < m:  # rejected: t_k is kept, the branches after it are aborted
-            t, p, head = decided, p + k + 1, 0.0
-        else:  # the window is accepted: t_m goes on as the next round's t_0
-            t, p, head = decided, p + m, min(float(lengths[p + m]), max(1e-9, (decided - sent) / per_token))
+            t, p, head, piece = decided, p + k + 1, 0.0, 0
+        elif lengths[p + m] <= costs.handoff_tokens:  # the window is accepted, its short bonus step kept whole
+            t, p, head, piece = max(decided, ends[m]), p + m + 1, 0.0, 0
+        else:  # the bonus step's first tokens kept; t_m goes on as the next round's t_0
+            decided = max(decided, sent + costs.handoff_tokens * per_token)
+            t, p = decided, p + m
+            head, piece = min(float(lengths[p]), (decided - sent) / per_token), costs.handoff_tokens
     return t
 
 

@@ -10,11 +10,13 @@ that is in by then goes into the same judge call), in order, and ends at its dec
   kept, so they are aborted on the server (`/abort_request`);
 - an accepted step that ended on EOS or its cap ends the window the same way;
 - the whole window accepted: the bonus branch t_m is the target's own step after the kept
-  text, what the target alone would write next. The round does not wait for it. If it has
-  ended, it is kept whole; else the round keeps what it has written so far (target text:
-  what AR writes) and hands it on, still running, as the next round's t_0. The next round
-  drafts from the end of that piece, so its first draft step completes the step t_0 is
-  writing, and the two are judged as whole steps: the kept piece, then each's rest.
+  text, what the target alone would write next. The round does not wait for the whole of
+  it: once it has written `handoff` tokens the round keeps those (target text: what AR
+  writes; the whole step where it is no longer) and hands the branch on, still running, as
+  the next round's t_0. The next round drafts from the end of that piece, so its first
+  draft step completes the step t_0 is writing, and the two are judged as whole steps: the
+  kept piece, then each's rest. The cut is at a token count, not at a moment, so the
+  answer does not depend on how fast the servers ran.
 
 So no round waits for a branch it will not keep, and no branch after the kept text is
 sent twice. With a verifier that accepts only equal steps the answer is the target's own,
@@ -55,25 +57,27 @@ class StreamedFork:
 
 def stream_fork(
     models, pool: ThreadPoolExecutor, prefix: str, tree: DraftTree, root: Branch, cap: int, judge, delimiter: str,
+    handoff: int,
 ) -> StreamedFork:
     """Send a branch after every complete node of a chain `tree` (t_0, `root`, already runs) and judge its nodes in
     order as their parents' branches end. `judge(pairs)` returns one verdict per (target step, draft step)
     pair; a target failure propagates from its branch. Branches not needed at the decision are aborted; the
-    bonus branch of a wholly accepted window is kept if it has ended, else cut and handed on."""
+    bonus branch of a wholly accepted window is cut at `handoff` tokens and handed on, or kept whole."""
     out = StreamedFork(branches={ROOT: root})
     for i, node in enumerate(tree.nodes):
         if node.step.complete:
-            out.branches[i] = start_branch(models, pool, prefix, node.path, cap)
+            out.branches[i] = start_branch(models, pool, prefix, node.path, cap, handoff)
     try:
         last = _judge_in_order(tree, out, judge)
         out.decided = time.perf_counter()
         if last is not None and last in out.branches:
             bonus = out.branches[last]
-            if bonus.done():
+            bonus.reached.wait()
+            out.piece = bonus.cut(delimiter)
+            if out.piece is None:  # a short step: kept whole
                 _arrived(out, last)
                 bonus.fate = "kept"
             else:
-                out.piece = bonus.cut(delimiter)
                 out.handed_on = bonus
                 bonus.fate = "handed on"
     finally:

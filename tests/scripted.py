@@ -93,11 +93,9 @@ class ScriptedModels:
 
     def target_branch(self, prefix: str, continuation: str, max_step_tokens: int, rid: str,
                       on_progress=None) -> StepOutput:
-        """One branch as its own request (streamed rounds); `on_progress` hears the whole step once it is written."""
+        """One branch as its own request (streamed rounds), written at once: no chunk before the step."""
         self.branch_rids.append(rid)
         [step] = self.target(prefix, [continuation], max_step_tokens, commit_prefix=False)
-        if on_progress is not None:
-            on_progress(step.text, step.completion_tokens)
         return step
 
     def abort_target(self, rid: str) -> bool:

@@ -86,26 +86,31 @@ def test_a_wholly_accepted_round_hands_its_running_bonus_branch_to_the_next_roun
     """γ = 1, exact verifier: round 0 accepts the draft's first step and ends at once; its bonus branch (the
     target's step after it) goes on running as round 1's t_0, which the draft's "Thus \\boxed{6}" loses to."""
     conn = reasoner.connection
-    config = LookaheadConfig(depth=1, max_tokens=64, fork="streamed")
+    config = LookaheadConfig(depth=1, max_tokens=64, fork="streamed", handoff_tokens=1)
     lr = SyncEngine(config, conn.models, ExactMatchVerifier()).answer(QUESTION)
     assert lr.text == reasoner.baseline(QUESTION).text == STEP_1 + "Hence \\boxed{5}"
     first, second = lr.round_log[:2]
-    assert first.accepted == 1 and [s.source for s in first.kept] == ["draft"]
+    # the draft's first step accepted; the first token of the target's next step kept, its rest handed on
+    assert first.accepted == 1 and [s.source for s in first.kept] == ["draft", "target"]
+    assert "Hence \\boxed{5}".startswith(first.kept[1].text) and first.kept[1].text
     assert [span.fate for span in first.spans if span.role == "target"] == ["judged", "handed on"]
     [bonus] = [span for span in first.spans if span.fate == "handed on"]
     t0 = next(span for span in second.spans if span.role == "target" and span.label == "t0")
     assert t0.start == bonus.start  # the same request, not sent again
-    assert second.kept[-1].source == "target" and second.kept[-1].text == "Hence \\boxed{5}"
+    assert second.judged[0].target == "Hence \\boxed{5}"  # judged as a whole step
 
 
 def test_the_server_reports_its_own_time_for_each_request_and_rounds_record_it(reasoner):
-    """SGLang's meta_info carries e2e_latency; the cost model fits it (cost_model.py), so a fork's record holds
-    the longest branch's server time, a part of the round's time in the client."""
+    """SGLang's meta_info carries e2e_latency; the cost model fits it (cost_model.py), so a batched fork's record
+    holds the longest branch's server time, a part of the round's time in the client. A streamed round's branches
+    overlap its drafting: its record leaves the figure out."""
     models = reasoner.connection.models
     outputs = models.target(models.prompt(QUESTION), ["", STEP_1])
     assert all(out.server_s is not None and out.server_s > 0 for out in outputs)
-    rounds = reasoner.run(QUESTION).round_log
+    batched = LookaheadConfig(depth=3, max_tokens=64, fork="batched")
+    rounds = SyncEngine(batched, models, ExactMatchVerifier()).answer(QUESTION).round_log
     assert rounds and all(0 < r.target_server_s <= r.target_s for r in rounds)
+    assert all(r.target_server_s is None for r in reasoner.run(QUESTION).round_log)
 
 
 def test_stop_string_is_trimmed_by_sglang_and_re_appended(reasoner, tiny_endpoints):

@@ -74,10 +74,15 @@ def sync_run(models, words=ACCEPT, depth=2, fork="streamed", on_round=None, veri
 
 
 class HeldAfterRejection(HeldBranches):
-    """The step "s3 d" (whose draft is rejected) ends only once a branch after the rejected draft is in flight."""
+    """The target's step after `after` (the step a "wrong" draft is judged against) ends only once a branch after
+    that draft is in flight."""
+
+    def __init__(self, *args, after="s2 c", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.after = after
 
     def target_branch(self, prefix, continuation, max_step_tokens, rid, on_progress=None):
-        if continuation.endswith("s2 c" + DELIM):
+        if (prefix + continuation).endswith(self.after + DELIM):
             deadline = time.monotonic() + 5
             while not self.held and time.monotonic() < deadline:
                 time.sleep(0.001)
@@ -85,12 +90,12 @@ class HeldAfterRejection(HeldBranches):
 
 
 def test_a_rejection_ends_the_round_without_waiting_for_the_branches_after_it():
-    models = HeldAfterRejection(TARGET, DRAFT)
+    models = HeldAfterRejection(TARGET, DRAFT, after="s3 d")
     result = sync_run(models, depth=3)
     rejected = next(r for r in result.round_log if r.positions > r.accepted)
-    # round 0 kept s0..s2 and handed on t_3 ("s3 d"); round 1 drafted "wrong x", "wrong y", …
-    assert [(s.text, s.source) for s in rejected.kept] == [("s3 d\n\n", "target")]
-    assert [j.draft for j in rejected.judged] == ["wrong x\n\n"]  # "wrong y" was never judged: its fate was known
+    # round 0 kept s0..s2 and its short bonus step s3 whole; round 1 drafted "wrong y", "s5 f …"
+    assert [(s.text, s.source) for s in rejected.kept] == [("s4 e\n\n", "target")]
+    assert [j.draft for j in rejected.judged] == ["wrong y\n\n"]  # what followed was never judged
     # every held branch that reached the server was aborted (one not yet started is cancelled before it is sent)
     assert models.held and all(rid in models.aborted for rid in models.events)
     assert not any("wrong" in c for c in models.returned)
@@ -100,8 +105,8 @@ def test_a_rejection_ends_the_round_without_waiting_for_the_branches_after_it():
 
 
 class BonusHeldUntilRecorded(ScriptedModels):
-    """γ = 1, every draft accepted: round r's bonus branch (r steps in its prefix) ends only after round r's record
-    is out. A round that waited for its bonus would time out."""
+    """γ = 1, every draft accepted: round r's bonus branch (r steps in its prefix) streams its first word, then ends
+    only after round r's record is out. A round that waited for its bonus would time out."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -111,6 +116,9 @@ class BonusHeldUntilRecorded(ScriptedModels):
     def target_branch(self, prefix, continuation, max_step_tokens, rid, on_progress=None):
         if continuation:
             self.held += 1
+            [step] = self.target(prefix, [continuation], max_step_tokens, commit_prefix=False)
+            if on_progress is not None and " " in step.text:
+                on_progress(step.text.split(" ")[0] + " ", 1)
             deadline = time.monotonic() + 5
             while len(self.recorded) <= prefix.count(DELIM):
                 if time.monotonic() > deadline:
@@ -122,10 +130,12 @@ class BonusHeldUntilRecorded(ScriptedModels):
 def test_a_wholly_accepted_window_ends_at_its_decision_and_hands_its_bonus_branch_on():
     models = BonusHeldUntilRecorded(TARGET, TARGET)
     on_round = models.recorded.append
-    result = sync_run(models, depth=1, on_round=on_round)
+    result = sync_run(models, depth=1, on_round=on_round, handoff_tokens=1)
     assert result.text == AR_TEXT
     first = result.round_log[0]
-    assert first.accepted == 1 and [s.source for s in first.kept] == ["draft"]  # the bonus step is not kept here
+    # the bonus step's first token is kept as target text; its rest is the next round's
+    assert first.accepted == 1 and [(s.text, s.source) for s in first.kept] == [("s0 a" + DELIM, "draft"),
+                                                                                 ("s1 ", "target")]
     assert [span.fate for span in first.spans if span.role == "target"] == ["judged", "handed on"]
     assert result.round_log[1].judged[0].target == TARGET[1] + DELIM  # round 1's t_0 is round 0's bonus step
     # each handed-on branch was sent once: as one round's bonus, then the next round's t_0
@@ -179,37 +189,33 @@ class Timed(ScriptedModels):
         with self.lock:
             share, jitter = self.random.random(), self.random.uniform(0.2, 2.0)
         words = step.text.split(" ")
-        written = int(share * len(words))
-        if on_progress is not None and written:
-            on_progress(" ".join(words[:written]) + " ", written)
+        for written in range(1, len(words)):  # a chunk per word, the last (the step) excepted
+            if on_progress is not None:
+                on_progress(" ".join(words[:written]) + " ", written)
+            time.sleep(self.delay * jitter * share)
         time.sleep(self.delay * step.completion_tokens * jitter)
-        if on_progress is not None:
-            on_progress(step.text, step.completion_tokens)
         return step
 
 
 words = st.sampled_from(["a", "b", "c", "x", "y", "\\boxed{1}"])
 steps = st.lists(words, min_size=1, max_size=6).map(" ".join)
+ROUNDS = {  # scripts, γ, the step cap and the seed of the branches' timing
+    "target": st.lists(steps, min_size=1, max_size=7), "draft": st.lists(steps, min_size=0, max_size=7),
+    "depth": st.integers(1, 4), "cap": st.integers(1, 6), "seed": st.integers(0, 1000),
+}
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    target=st.lists(steps, min_size=1, max_size=7),
-    draft=st.lists(steps, min_size=0, max_size=7),
-    depth=st.integers(1, 4),
-    cap=st.integers(1, 6),
-    max_tokens=st.integers(1, 60),
-    seed=st.integers(0, 1000),
-    engine=st.sampled_from(["sync", "async"]),
-)
+@given(**ROUNDS, max_tokens=st.integers(1, 60), engine=st.sampled_from(["sync", "async"]), handoff=st.integers(1, 4))
 def test_with_the_exact_verifier_the_answer_is_the_target_alone_token_for_token(
-    target, draft, depth, cap, max_tokens, seed, engine,
+    target, draft, depth, cap, max_tokens, seed, engine, handoff,
 ):
-    """Any step lengths, any order in which branches end, any token cap: what is kept is what AR writes."""
+    """Any step lengths, any order in which branches end, any token cap, any hand-off point: what is kept is what
+    AR writes."""
     ar = ScriptedModels(target).generate("<prompt>", max_tokens)
     models = Timed(target, draft, seed=seed)
     config = LookaheadConfig(depth=depth, fork="streamed", engine=engine, max_step_tokens=cap, max_tokens=max_tokens,
-                             verifier="exact")
+                             verifier="exact", handoff_tokens=handoff)
     engine_class = AsyncEngine if engine == "async" else SyncEngine
     result = engine_class(config, models, make_verifier("exact")).answer("q")
     # AR stops inside the step that reaches the cap; a round keeps that step whole
@@ -221,19 +227,19 @@ def test_with_the_exact_verifier_the_answer_is_the_target_alone_token_for_token(
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    target=st.lists(steps, min_size=1, max_size=7),
-    draft=st.lists(steps, min_size=0, max_size=7),
-    depth=st.integers(1, 4),
-    cap=st.integers(1, 6),
-    accept=st.sets(st.sampled_from(["a", "b", "c", "x", "y"])),
-    seed=st.integers(0, 1000),
-)
-def test_every_round_is_decided_by_its_verdicts_and_no_branch_outlives_it(target, draft, depth, cap, accept, seed):
+@given(**ROUNDS, accept=st.sets(st.sampled_from(["a", "b", "c", "x", "y"])), handoff=st.integers(1, 4))
+def test_every_round_is_decided_by_its_verdicts_and_no_branch_outlives_it(target, draft, depth, cap, accept, seed,
+                                                                          handoff):
     """Any verdicts: a round keeps its accepted prefix and then the target's own step (or hands the bonus on);
-    every branch it sent was waited for, handed on, aborted or found already ended."""
+    every branch it sent was waited for, handed on, aborted or found already ended; and the answer does not
+    depend on how fast the branches ran."""
+    result = sync_run(Timed(target, draft, seed=seed), accept, depth, max_step_tokens=cap, max_tokens=120,
+                      handoff_tokens=handoff)
+    again = sync_run(Timed(target, draft, seed=seed + 1), accept, depth, max_step_tokens=cap, max_tokens=120,
+                     handoff_tokens=handoff)
+    assert again.text == result.text
     models = Timed(target, draft, seed=seed)
-    result = sync_run(models, accept, depth, max_step_tokens=cap, max_tokens=120)
+    result = sync_run(models, accept, depth, max_step_tokens=cap, max_tokens=120, handoff_tokens=handoff)
     assert "".join(s.text for s in result.steps) == result.text
     handed_on = 0
     for record in result.round_log:

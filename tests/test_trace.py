@@ -4,7 +4,7 @@ import json
 from html.parser import HTMLParser
 
 import pytest
-from scripted import ScriptedJudge, ScriptedModels
+from scripted import ScriptedJudge
 from test_streamed_fork import ACCEPT, DRAFT, TARGET, HeldAfterRejection
 
 from lookahead_reasoning.cli.display import run_json
@@ -66,10 +66,22 @@ class Page(HTMLParser):
             self._rect["title"] += data
 
 
+class FirstWordFirst(HeldAfterRejection):
+    """Every branch after a draft step streams its first word before anything else happens to it."""
+
+    def target_branch(self, prefix, continuation, max_step_tokens, rid, on_progress=None):
+        if continuation and on_progress is not None:
+            [step] = self.target(prefix, [continuation], max_step_tokens, commit_prefix=False)
+            on_progress(step.text.split(" ")[0] + " ", 1)
+        return super().target_branch(prefix, continuation, max_step_tokens, rid, on_progress)
+
+
 def traced_run():
-    models = HeldAfterRejection(TARGET, DRAFT)
+    """Round 0 accepts s0..s2 and hands its bonus branch on after one token; round 1's draft is rejected and the
+    branch after it aborted."""
+    models = FirstWordFirst(TARGET, DRAFT)
     verifier = FastPathVerifier(ScriptedJudge(ACCEPT))
-    return SyncEngine(LookaheadConfig(depth=3, fork="streamed"), models, verifier).answer("q")
+    return SyncEngine(LookaheadConfig(depth=3, fork="streamed", handoff_tokens=1), models, verifier).answer("q")
 
 
 def test_the_page_parses_and_draws_every_round_branch_judge_call_and_decision(tmp_path):

@@ -205,6 +205,13 @@ class _Ledger:
         self._prompt(outputs)
         return outputs
 
+    def target_branch(self, *args, **kwargs) -> StepOutput:
+        """A streamed round's branch; a step a round kept in two parts (a piece, then its rest) is not found here,
+        and counts nothing in an early stop's usage."""
+        outputs = self._note([self._models.target_branch(*args, **kwargs)])
+        self._prompt(outputs)
+        return outputs[0]
+
     def generate(self, *args, **kwargs) -> StepOutput:
         """An AR stretch: the engine cuts it into steps as here (split_steps), so the steps' costs match."""
         output = self._models.generate(*args, **kwargs)
