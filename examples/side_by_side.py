@@ -34,7 +34,7 @@ from lookahead_reasoning.runtime.servers.endpoints import load_endpoints
 
 
 def method_config(method: str, max_tokens: int) -> LookaheadConfig:
-    """`ENGINE-DEPTH[-FORK]`: sync-2, async-adaptive, sync-2-streamed (LookaheadConfig.fork), ..."""
+    """`ENGINE-DEPTH[-FORK]`: sync-2, async-adaptive, sync-2-streamed (LookaheadConfig.fork; without it, batched)."""
     engine, _, rest = method.partition("-")
     depth, _, fork = rest.partition("-")
     if engine not in ("sync", "async") or not (depth == "adaptive" or depth.isdigit()) or fork not in ("", "streamed",
