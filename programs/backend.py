@@ -332,6 +332,11 @@ class LookaheadEndpoint(RuntimeEndpoint):
                     last = json.loads(payload)
                 except ValueError:
                     raise BackendError(f"{url} streamed something that is not JSON") from None
+                error = last.get("error") if isinstance(last, dict) else None
+                if isinstance(error, dict):  # SGLang reports a bad request inside the stream, after HTTP 200
+                    code = error.get("code")
+                    raise BackendError(f"{url} answered HTTP {code}: {str(error.get('message', ''))[:300]}",
+                                       code if isinstance(code, int) else None)
                 if on_chunk is not None and isinstance(last, dict):
                     on_chunk(last)
         except HTTPError as error:
