@@ -102,6 +102,11 @@ class SGLangStepModels:
             self.target_sampling, on_progress,
         )
 
+    def commit_target(self, prefix: str) -> None:
+        """Prefill `prefix` on the target's server (a fork's commit): the branches that follow find it cached, and
+        a cache-aware router sends them to the replica that holds it."""
+        self.target_backend.cache_prefix(prefix)
+
     def abort_target(self, rid: str) -> bool:
         """Stop the target request `rid` on its server; whether the server said yes."""
         return self.target_backend.abort(rid)

@@ -241,6 +241,8 @@ class Engine:
             root = None
         try:
             if root is None:
+                if not state.log and callable(getattr(self.models, "commit_target", None)):
+                    self.models.commit_target(state.prefix)  # the prompt, prefilled once for every branch
                 root = start_branch(self.models, state.pool, state.prefix, "", cap)
         except Exception as error:
             raise target_failed(error) from None

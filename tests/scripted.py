@@ -43,6 +43,7 @@ class ScriptedModels:
         self.calls: dict[str, int] = {"draft": 0, "target": 0, "generate": 0}
         self.branch_rids: list[str] = []  # request ids of the branches sent one by one
         self.aborted: list[str] = []
+        self.commits: list[str] = []  # prefixes committed before a streamed first round
 
     def _check(self, role: str) -> None:
         if role in self.fail:
@@ -97,6 +98,10 @@ class ScriptedModels:
         self.branch_rids.append(rid)
         [step] = self.target(prefix, [continuation], max_step_tokens, commit_prefix=False)
         return step
+
+    def commit_target(self, prefix: str) -> None:
+        self._check("target")
+        self.commits.append(prefix)
 
     def abort_target(self, rid: str) -> bool:
         self.aborted.append(rid)

@@ -150,7 +150,7 @@ def test_every_round_streams_even_the_first_and_t0_runs_while_the_draft_writes()
     models = ScriptedModels(TARGET, TARGET)
     result = sync_run(models, depth=2)
     assert models.calls["target"] == len(models.branch_rids)  # no batch: one request per branch
-    assert models.calls["generate"] == 0
+    assert models.calls["generate"] == 0 and models.commits == ["<prompt>"]  # the prompt, committed once
     assert result.text == AR_TEXT
     for record in result.round_log:
         t0 = next(span for span in record.spans if span.role == "target" and span.label == "t0")
