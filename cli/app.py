@@ -29,7 +29,6 @@ app = typer.Typer(
 for command in (serving.launch, serving.stop, serving.serve):
     app.command(rich_help_panel="Serving")(command)
 app.add_typer(serving.weights_app, name="weights", rich_help_panel="Serving")
-app.add_typer(serving.weights_app, name="models", hidden=True, deprecated=True)  # the old name, for one release
 app.add_typer(servers.servers_app, name="servers", rich_help_panel="Serving")
 for command in (reasoning.run, reasoning.demo, reasoning.trace):
     app.command(rich_help_panel="Reasoning")(command)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import statistics
 import time
-import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Literal, Protocol
@@ -187,11 +186,6 @@ class Engine:
     def answer(self, question: str) -> LookaheadResult:
         """Answer `question` (rendered in the target's chat template) until EOS or the token cap."""
         return self.continue_from(render_prompt(self.models, question))
-
-    def run(self, question: str) -> LookaheadResult:
-        """Deprecated name of `answer`; `run` is the CLI command's and `LookaheadReasoner.run`'s word."""
-        warnings.warn("Engine.run is deprecated; use Engine.answer", DeprecationWarning, stacklevel=2)
-        return self.answer(question)
 
     def continue_from(self, prompt: str) -> LookaheadResult:
         """Reason on from `prompt` (already in the target's chat template) until EOS or the token cap."""

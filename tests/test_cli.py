@@ -62,8 +62,6 @@ def test_port_already_in_use(capsys):
 
 def test_unknown_offline_model(capsys):
     one_line_error(invoke(capsys, "weights", "prepare", "gpt-17"), "unknown model")
-    old = invoke(capsys, "models", "prepare", "gpt-17")  # the deprecated name says so, then does the same
-    assert old.returncode == 1 and "'models' is deprecated" in old.stderr and "unknown model" in old.stderr
 
 
 def _launch(endpoints: Path, draft: str, target: str, log: Path, *extra: str) -> subprocess.Popen:

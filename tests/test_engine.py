@@ -466,12 +466,6 @@ def test_an_ar_stretch_stops_at_the_deadline():
     assert rounds and 1 <= rounds[0].target_tokens <= 5
 
 
-def test_the_old_name_run_still_answers_but_warns():
-    with pytest.warns(DeprecationWarning, match="use Engine.answer"):
-        result = engine(ScriptedModels(TARGET)).run("q")
-    assert result.text == DELIM.join(TARGET)
-
-
 def test_records_read_and_still_write_the_old_judge_names():
     from lookahead_reasoning.runtime.cost_model import CostEstimate
     from lookahead_reasoning.runtime.results import RoundRecord
