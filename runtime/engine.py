@@ -233,6 +233,7 @@ class Engine:
         if root is not None and root.after + kept_piece != state.prefix:  # the walk was capped: never keep it
             root.abort()
             root = None
+        fresh = root is None  # t_0 starts in this round
         try:
             if root is None:
                 if not state.log and callable(getattr(self.models, "commit_target", None)):
@@ -277,11 +278,15 @@ class Engine:
         spans += [state.verify_span(start, end, pairs) for start, end, pairs in fork.judge_calls]
         # whole steps (a handed-on t_0's piece kept a round before included): a sample of the target's step lengths
         waited = [fork.branches[node].tokens for node in fork.target_after]
+        # The target's time per token is sampled only where a lone request's time is known: t_0 of a round that
+        # drafted nothing and sent it itself. A drafting round's branches start at different moments (t_0 while
+        # the draft writes, a handed-on one a round earlier), so its fork time is not the time of its tokens.
+        lone = fork.branches[ROOT] if fresh and not tree.nodes and fork.branches[ROOT].ended else None
         return self._finish_round(state, walk, RoundWork(
             depth=plan.depth, started=started, judged=judged, draft_s=draft_s,
-            target_s=max(0.0, fork.decided - t1 - fork.verify_s), verify_s=fork.verify_s,
-            branches=len(fork.branches), target_tokens=max(waited, default=0),
-            target_tokens_all=sum(b.tokens for b in fork.branches.values()), target_others=load.others,
+            target_s=lone.ended - lone.started if lone else max(0.0, fork.decided - t1 - fork.verify_s),
+            verify_s=fork.verify_s, branches=len(fork.branches), target_tokens=lone.tokens if lone else 0,
+            target_tokens_all=lone.tokens if lone else 0, target_others=load.others,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes), draft_steps=len(tree.nodes),
             branch_tokens=waited, spans=spans, decided_s=state.clock(fork.decided),
         ))

@@ -68,6 +68,10 @@ def test_on_free_branches_the_policy_learns_b2_near_one_and_drafts_where_the_the
         reasoner = LookaheadReasoner(sims.endpoints(), config)
         logs = [reasoner.run(f"problem {q} " + "word " * 20).round_log for q in range(4)]
         estimate = reasoner.policy.cost_estimate()
+        # the target's time per token as the servers run it: streamed drafting rounds, whose branches start at
+        # different moments, must not read as a target that writes ten times faster behind a large fixed cost
+        _, s_per_token, _ = reasoner.policy.costs.step_figures()
+        assert s_per_token == pytest.approx(PER_TOKEN_S * SCALE, rel=0.25)
         assert estimate.branch_cost[2] == pytest.approx(1.0, abs=0.1)
         # a draft step costs its request's fixed cost and a tenth of the target's time per token
         assert estimate.c is not None and estimate.c < 0.3
