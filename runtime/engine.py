@@ -128,6 +128,7 @@ class _AnswerState:
         self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lookahead-answer")  # concurrent requests
         self.next_window: tuple[Future, str] | None = None  # async trees: the next window and the prefix it follows
         self.handed_on: Branch | None = None  # streamed rounds: the target's step after the kept text, running
+        self.faults: list[str] = []  # roles that failed since the last round was recorded (RoundRecord.faults)
 
     def clock(self, moment: float) -> float:
         """A time.perf_counter() reading as seconds since the answer started (the trace's time axis)."""
@@ -143,12 +144,13 @@ class _AnswerState:
     def prefix(self) -> str:
         return self.prompt + self.text
 
-    def degrade(self, message: str, error: BaseException) -> None:
+    def degrade(self, role: str, message: str, error: BaseException) -> None:
         self.drafting = False
+        self.faults.append(role)
         self.metrics.degraded(f"{message}: {first_line(error)}")
 
     def draft_failed(self, error: BaseException) -> None:
-        self.degrade("draft failed, continuing with target steps only", error)
+        self.degrade("draft", "draft failed, continuing with target steps only", error)
 
     def result(self, cost_model: CostEstimate | None = None) -> LookaheadResult:
         text = self.text
@@ -420,8 +422,9 @@ class Engine:
             **fields, index=len(state.log), accepted=walk.accepted, positions=walk.positions, kept=walk.kept,
             finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos",
             wall_s=time.perf_counter() - work.started,
-            output_tokens=sum(step_tokens(o) for o in walk.outputs),
+            output_tokens=sum(step_tokens(o) for o in walk.outputs), faults=state.faults,
         )
+        state.faults = []
         state.metrics.observe_round(record, walk.outputs)
         self.policy.observe(record)  # before on_round, so a live view shows what this round taught the policy
         state.log.append(record)
@@ -439,7 +442,7 @@ class Engine:
             if len(verdicts) != len(pairs):
                 raise ValueError(f"{len(verdicts)} verdicts for {len(pairs)} pairs")
         except Exception as error:
-            state.degrade("verifier failed, rejecting drafts from now on", error)
+            state.degrade("verifier", "verifier failed, rejecting drafts from now on", error)
             return [Verdict(False, None, "unusable")] * len(pairs)
         state.metrics.count_tokens("judge", [v for v in verdicts if v.prompt_tokens])  # those a model was asked for
         return verdicts

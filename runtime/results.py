@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, Field, computed_field
+from pydantic import BaseModel, Field
 
 from lookahead_reasoning.runtime.cost_model import CostEstimate
 
@@ -14,12 +14,6 @@ class StepRecord(BaseModel):
     source: Literal["draft", "target"]
     verifier_score: float | None = None  # the verifier's score for an accepted draft step
     round: int
-
-    @computed_field
-    @property
-    def judge_p_yes(self) -> float | None:
-        """The old name of `verifier_score`, kept in the JSON for readers of earlier results."""
-        return self.verifier_score
 
 
 class JudgedDraft(BaseModel):
@@ -56,12 +50,13 @@ class RoundRecord(BaseModel):
     # server did not say, and for streamed rounds, whose branches overlap the drafting): without the client's
     # own time, which grows with the answers that share its CPU
     target_server_s: float | None = None
-    verify_s: float = Field(validation_alias=AliasChoices("verify_s", "judge_s"))  # the verifier's time
+    verify_s: float  # the verifier's time
     wall_s: float
     branches: int = 0  # target requests of the round (the fork's width)
-    probe_tokens: int = 0  # tokens of a fork probe's short extra branch beside an AR round's step (depth.py)
-    measuring: bool = False  # a drafted step whose target wrote only its own step: it priced the draft and verifier (depth.py)
-    target_steps: int = 1  # steps the longest target request wrote (an AR stretch writes several, depth.py)
+    probe_tokens: int = 0  # tokens of a fork probe's short extra branch beside an AR round's step (policy/probes.py)
+    # a drafted step whose target wrote only its own step: it priced the draft and verifier (policy/planner.py)
+    measuring: bool = False
+    target_steps: int = 1  # steps the longest target request wrote (an AR stretch writes several, policy/stretches.py)
     width: int = 1  # draft candidates per position (W)
     target_tokens: int = 0  # completion tokens of the round's longest target branch
     target_tokens_all: int = 0  # completion tokens of all its target branches (a fork probe's included)
@@ -75,12 +70,9 @@ class RoundRecord(BaseModel):
     first_candidates: int = 0
     spans: list[TraceSpan] = []  # the round's requests on the answer's timeline (trace.py draws them)
     decided_s: float | None = None  # when the round's outcome was known, seconds since the answer started
-
-    @computed_field
-    @property
-    def judge_s(self) -> float:
-        """The old name of `verify_s`, kept in the JSON for readers of earlier results."""
-        return self.verify_s
+    # roles whose requests failed or timed out in this round ("draft", "verifier"): its times and verdicts
+    # measure the fault, not drafting, and the adaptive policy leaves them out (policy/faults.py)
+    faults: list[str] = []
 
 
 class RoleTokens(BaseModel):

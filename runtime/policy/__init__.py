@@ -6,6 +6,7 @@
 - rates.py: the measured tokens per second of drafting against AR rounds
 - governor.py: how many concurrent answers may draft at once (the rates, the client's CPU)
 - alpha.py: α̂ per width
+- faults.py: rounds whose draft or verifier failed: left out, AR while a role is down, and retries
 - target_load.py: the target requests in flight across the answers
 - round_plan.py: RoundPlan and the DepthPolicy protocol
 - adaptive.py: AdaptiveDepth, these parts put together

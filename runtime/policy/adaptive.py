@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 from lookahead_reasoning.runtime.client_cpu import ClientCpu
 from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel, per_answer
 from lookahead_reasoning.runtime.policy.alpha import ALPHA_SLOW_FORGET, Acceptance
+from lookahead_reasoning.runtime.policy.faults import RoleFaults
 from lookahead_reasoning.runtime.policy.governor import GAIN_TO_WIDEN, DraftSlots
 from lookahead_reasoning.runtime.policy.planner import Estimates, Planner
 from lookahead_reasoning.runtime.policy.probes import ProbeSchedule, check_spacing
@@ -40,6 +42,7 @@ class AdaptiveDepth:
         self.rates = MeasuredRates()
         self.governor = DraftSlots(client_cpu)
         self.target_load = TargetLoad()  # the target requests in flight across the answers
+        self.faults = RoleFaults()
         # draft once (γ = 1) even where the branches alone rule lookahead out, to measure c, j and α for a
         # report (`lookahead demo`); callers that only want the answer fast leave this off
         self.measure_drafting = False
@@ -66,6 +69,7 @@ class AdaptiveDepth:
             answer = threading.get_ident()
             self.governor.answer_finished(answer)
             self.probes.release(answer)
+            self.faults.release(answer)
 
     def alpha_at(self, width: int, optimistic: bool = False) -> float:
         return self.acceptance.alpha_at(width, optimistic)
@@ -106,10 +110,16 @@ class AdaptiveDepth:
             answer = threading.get_ident()
             self.probes.release(answer)
             e = self.estimates()
-            plan = self.probes.next_round(e, self.planner.plan(e), first, answer,
-                                          lambda: RoundPlan(0, stretch_tokens=stretch(self.costs, seconds_left)[1]))
+            best = self.planner.plan(e)
+            ar = lambda: RoundPlan(0, stretch_tokens=stretch(self.costs, seconds_left)[1])  # noqa: E731
+            if self.faults.down:  # AR, but for a retry now and then (faults.py)
+                retry = self.faults.take_retry(answer, time.perf_counter())
+                plan = RoundPlan(best.depth or 1, best.width) if retry else ar()
+            else:
+                plan = self.probes.next_round(e, best, first, answer, ar)
             if self.governor.admit(answer, drafts=plan.depth > 0):
                 return plan
+            self.faults.release(answer)
             # the slots are taken: AR, a short stretch where the rates say drafting pays (the slots widen soon)
             rationed = e.gain is not None and e.gain >= GAIN_TO_WIDEN
             return RoundPlan(0, stretch_tokens=stretch(self.costs, seconds_left, rationed)[1])
@@ -117,14 +127,21 @@ class AdaptiveDepth:
     def observe(self, record: RoundRecord) -> None:
         answers = float(self.governor.answers)
         forget = per_answer(self.forget, answers)
+        with self._lock:
+            if record.faults:
+                self.faults.failed(record.faults, time.perf_counter())
+            elif record.depth and self.faults.answered(record.started):
+                self.rates = MeasuredRates()  # measured before and during the outage, under another load
         if record.index and record.target_tokens:  # an answer's first round is not timed (it prefills the prompt)
             others = record.target_others or 0.0  # measured while the round's requests were in flight
             if record.target_tokens_all:  # a branch shorter than the longest ran beside it for part of its time
                 others += (record.target_tokens_all - record.target_tokens) / record.target_tokens
             self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps,
                                       answers=answers, server_seconds=record.target_server_s)
-        self.costs.observe_draft(record.draft_s, record.draft_steps, answers)
         self.costs.observe_step_lengths(record.branch_tokens)
+        if record.faults:  # the draft's and the verifier's times and verdicts measure the fault (faults.py)
+            return
+        self.costs.observe_draft(record.draft_s, record.draft_steps, answers)
         with self._lock:
             if not record.depth and not record.probe_tokens:
                 self.probes.count_ar_steps(record.target_steps)  # what it wrote: a stretch ends early at EOS
