@@ -16,8 +16,10 @@ the code of the error event in it), a stream the client left on purpose, or lost
 no clean error (connection refused or reset, a stream cut before `[DONE]`, a 200 whose body is not
 an answer, or no answer within `client_timeout_s`). The report counts them, gives p50/p99 latency of answers and the
 frontend's RSS, threads and open files per minute (read from /proc/PID/status), lists the
-faults, and ends with one more request once every server is back. It fails (`passed` false) on
-any lost request, any 500, or when that last request is not answered.
+faults, and ends with one more request once every server is back. Faults stop a fault period
+before the end, and the report compares the drafted answers per minute before the first fault and
+after the last. It fails (`passed` false) on any lost request, any 500, when that last request is
+not answered, or when drafting did not come back to 80 % of its rate before the faults.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ from lookahead_reasoning.runtime.servers.processes import (
 ROLES = ("draft", "judge", "target")  # the order faults take
 FAULTS = ("kill", "stall")
 WINDOW_S = 60.0  # the report's rows
+DRAFTING_BACK = 0.8  # after the last fault, drafted answers per minute must come back to this share of the first's
+RECOVERY_SETTLE_S = 15.0  # ...counted from this long after the fault ended (runs the fault degraded end first)
+RECOVERY_MIN_S = 30.0  # ...over at least this long, else the soak is too short to tell
 SAMPLE_EVERY_S = 2.0  # the frontend's RSS, threads and open files
 START_TIMEOUT_S = 180.0  # the frontend imports SGLang's frontend; a loaded machine is slow
 MAX_BODY_BYTES = 32 * 1024  # the frontend's limit here: an over-limit body is sent whole before the 413
@@ -414,7 +419,8 @@ class _Clients:
 async def _faults(stack: SoakStack, settings: SoakSettings, started: float, stop_at: float, log: list[dict],
                   say: Callable[[str], None]) -> None:
     k = 0
-    while (at := started + (k + 1) * settings.fault_every_s) < stop_at:
+    # the last fault ends a fault period before the soak does: the report needs that long to see drafting back
+    while (at := started + (k + 1) * settings.fault_every_s) + settings.hold_s + settings.fault_every_s <= stop_at:
         await asyncio.sleep(max(0.0, at - time.monotonic()))
         role, kind = ROLES[k % len(ROLES)], FAULTS[k % len(FAULTS)]
         child = stack.sims[role]
@@ -547,7 +553,9 @@ def _report(settings: SoakSettings, outcomes: list[Outcome], faults: list[dict],
         row[o.status] = row.get(o.status, 0) + 1
     lost = [o for o in outcomes if o.status == "lost"]
     totals = _counts(outcomes)
-    passed = totals["lost"] == 0 and totals["errors"].get("500", 0) == 0 and final.get("status") == 200
+    drafting = _drafting_recovery(outcomes, faults, settings.hold_s, wall_s)
+    passed = (totals["lost"] == 0 and totals["errors"].get("500", 0) == 0 and final.get("status") == 200
+              and drafting["back"] is not False)
     rss = [s["rss_mib"] for s in samples]
     return {
         "passed": passed,
@@ -561,11 +569,28 @@ def _report(settings: SoakSettings, outcomes: list[Outcome], faults: list[dict],
         "unexpected_statuses": sorted({o.unexpected for o in outcomes if o.unexpected}),
         "unshaped_errors": sorted({o.detail for o in outcomes if o.detail.startswith("an error not in")})[:20],
         "faults": faults,
+        "drafting": drafting,
         "minutes": minutes,
         "frontend": {"rss_first_mib": rss[0] if rss else None, "rss_last_mib": rss[-1] if rss else None,
                      "rss_max_mib": max(rss, default=None), "samples": samples},
         "final_request": final,
     }
+
+
+def _drafting_recovery(outcomes: list[Outcome], faults: list[dict], hold_s: float, wall_s: float) -> dict:
+    """Drafted answers per minute before the first fault and after the last one (from RECOVERY_SETTLE_S
+    after it ended), and whether the second came back to DRAFTING_BACK of the first (None: no fault, or
+    too little time before or after the faults to tell)."""
+    def per_minute(lo: float, hi: float) -> float | None:
+        if hi - lo < RECOVERY_MIN_S:
+            return None
+        return 60.0 * sum(o.drafted for o in outcomes if lo <= o.end_s < hi) / (hi - lo)
+
+    before = per_minute(0.0, min((f["t_s"] for f in faults), default=wall_s))
+    after = per_minute(max(f["t_s"] for f in faults) + hold_s + RECOVERY_SETTLE_S, wall_s) if faults else None
+    back = None if before is None or after is None else after >= DRAFTING_BACK * before
+    return {"before_faults_per_minute": _rounded(before, 1), "after_faults_per_minute": _rounded(after, 1),
+            "back": back}
 
 
 def run_soak(settings: SoakSettings, log_dir: Path | None = None, say: Callable[[str], None] = lambda _: None) -> dict:
@@ -633,6 +658,13 @@ def soak_summary(report: dict) -> list[str]:
         lines.append(f"lost at {entry['t_s']:.0f} s ({entry['kind']}): {entry['why']}")
     for entry in report["unexpected_statuses"][:10]:
         lines.append(f"hostile request answered otherwise: {entry}")
+    drafting = report["drafting"]
+    if drafting["back"] is None:
+        lines.append("drafting after the faults: too short a soak to tell")
+    else:
+        lines.append(f"drafted answers per minute: {drafting['before_faults_per_minute']:g} before the faults, "
+                     f"{drafting['after_faults_per_minute']:g} after the last"
+                     + ("" if drafting["back"] else f" (FAILED: under {DRAFTING_BACK:.0%})"))
     r = report["requests"]
     verdict = "passed" if report["passed"] else "FAILED"
     lines.append(f"{verdict}: {r['lost']} lost, {r['errors'].get('500', 0)} × 500")
