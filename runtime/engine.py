@@ -32,23 +32,19 @@ from __future__ import annotations
 
 import statistics
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Literal, Protocol
+from dataclasses import asdict, dataclass
+from typing import Callable, Protocol
 
+from lookahead_reasoning.errors import Cancelled, LookaheadError, ServerFailure, TimeLimitExceeded, target_failed
 from lookahead_reasoning.programs.step_types import StepOutput, split_steps
 from lookahead_reasoning.runtime.acceptance import AcceptanceWalk, step_tokens
-from lookahead_reasoning.runtime.answers import last_boxed
+from lookahead_reasoning.runtime.answer_state import AnswerState, RoundWork, server_s
+from lookahead_reasoning.runtime.branches import start_branch, supports_streaming
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.cost_model import CostEstimate
 from lookahead_reasoning.runtime.depth import DepthPolicy, RoundPlan, make_depth_policy
-from lookahead_reasoning.errors import (
-    Cancelled, LookaheadError, ServerFailure, TimeLimitExceeded, first_line, target_failed,
-)
 from lookahead_reasoning.runtime.pipeline import run_chain_round
-from lookahead_reasoning.runtime.branches import Branch, start_branch, supports_streaming
-from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, StepRecord, TraceSpan
-from lookahead_reasoning.runtime.stats import RunMetrics
+from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, StepRecord
+from lookahead_reasoning.runtime.round_spans import batched_spans, pipeline_spans, streamed_spans
 from lookahead_reasoning.runtime.streamed_fork import stream_fork
 from lookahead_reasoning.runtime.tree import ROOT, DraftTree, draft_tree, target_branches, walk_tree
 from lookahead_reasoning.verifiers.base import Verdict, Verifier
@@ -80,83 +76,24 @@ def render_prompt(models: StepModels, question: str) -> str:
         raise target_failed(error) from None
 
 
-def server_s(times: list[float | None], combine: Callable[[list[float]], float]) -> float | None:
-    """Requests' server times combined (max: a fork's longest; mean: a pipeline's steps); None unless every one
-    is known."""
-    return None if not times or None in times else combine(times)
-
-
 @dataclass
-class RoundWork:
-    """What a round's requests did (times, token counts, the judged pairs); with the acceptance walk's
-    outcome it becomes the round's RoundRecord (results.py, where each field is described)."""
+class BatchedFork:
+    """A batched fork: the branches it wrote (tree nodes, ROOT for the prefix) and one step per request."""
 
-    depth: int
+    branches: list[int]
+    outputs: list[StepOutput]  # the branches' steps, then a fork probe's short step
+    others: float | None  # other answers' target requests in flight, on average
     started: float
-    judged: list[JudgedDraft] = field(default_factory=list)
-    draft_s: float = 0.0
-    target_s: float = 0.0
-    target_server_s: float | None = None
-    verify_s: float = 0.0
-    branches: int = 1
-    probe_tokens: int = 0
-    measuring: bool = False
-    target_steps: int = 1
-    width: int = 1
-    target_tokens: int = 0
-    target_tokens_all: int = 0
-    target_others: float | None = None
-    draft_tokens: int = 0
-    draft_steps: int = 0
-    branch_tokens: list[int] = field(default_factory=list)
-    first_candidates: int | None = None  # None: the walk's accepted count (a chain)
-    spans: list[TraceSpan] = field(default_factory=list)
-    decided_s: float | None = None
-
-
-class _AnswerState:
-    """The state of one answer being written: text so far, statistics, round log."""
-
-    def __init__(self, prompt: str):
-        self.prompt = prompt
-        self.metrics = RunMetrics()
-        self.finish: Literal["eos", "max_tokens"] = "eos"
-        self.steps: list[StepRecord] = []
-        self.log: list[RoundRecord] = []
-        self.text = ""
-        self.drafting = True
-        self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="lookahead-answer")  # concurrent requests
-        self.next_window: tuple[Future, str] | None = None  # async trees: the next window and the prefix it follows
-        self.handed_on: Branch | None = None  # streamed rounds: the target's step after the kept text, running
-        self.faults: list[str] = []  # roles that failed since the last round was recorded (RoundRecord.faults)
-
-    def clock(self, moment: float) -> float:
-        """A time.perf_counter() reading as seconds since the answer started (the trace's time axis)."""
-        return moment - self.metrics.started
-
-    def span(self, role: str, label: str, start: float, end: float, tokens: int = 0, fate: str = "") -> TraceSpan:
-        return TraceSpan(role=role, label=label, start=self.clock(start), end=self.clock(end), tokens=tokens, fate=fate)
-
-    def verify_span(self, start: float, end: float, pairs: int) -> TraceSpan:
-        return self.span("verify", f"{pairs} pair{'s' * (pairs > 1)}", start, end, pairs)
+    ended: float
 
     @property
-    def prefix(self) -> str:
-        return self.prompt + self.text
+    def returned(self) -> list[StepOutput]:
+        """The branches' steps (a fork probe's left out)."""
+        return self.outputs[: len(self.branches)]
 
-    def degrade(self, role: str, message: str, error: BaseException) -> None:
-        self.drafting = False
-        self.faults.append(role)
-        self.metrics.degraded(f"{message}: {first_line(error)}")
-
-    def draft_failed(self, error: BaseException) -> None:
-        self.degrade("draft", "draft failed, continuing with target steps only", error)
-
-    def result(self, cost_model: CostEstimate | None = None) -> LookaheadResult:
-        text = self.text
-        stats = self.metrics.finish(self.finish)
-        stats.cost_model = cost_model
-        return LookaheadResult(text=text, answer=last_boxed(text), steps=self.steps, round_log=self.log, stats=stats)
+    @property
+    def target_after(self) -> dict[int, StepOutput]:
+        return dict(zip(self.branches, self.outputs))
 
 
 class Engine:
@@ -191,7 +128,7 @@ class Engine:
 
     def continue_from(self, prompt: str) -> LookaheadResult:
         """Reason on from `prompt` (already in the target's chat template) until EOS or the token cap."""
-        state = _AnswerState(prompt)
+        state = AnswerState(prompt)
         self.policy.answer_started()
         try:
             self._loop(state, self.policy)
@@ -203,7 +140,7 @@ class Engine:
             self.policy.answer_finished()
         return state.result(self.policy.cost_estimate())
 
-    def _loop(self, state: _AnswerState, policy: DepthPolicy) -> None:
+    def _loop(self, state: AnswerState, policy: DepthPolicy) -> None:
         """Every engine's rounds: plan, then an AR stretch or a drafting round, until EOS or the token cap."""
         while True:
             self._check_deadline()
@@ -218,7 +155,7 @@ class Engine:
             if self._done(state, record):
                 return
 
-    def _drafting_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
+    def _drafting_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         """One round that drafts `plan.depth` steps (none for an AR round of one step) and verifies them."""
         raise NotImplementedError
 
@@ -226,7 +163,7 @@ class Engine:
         """Whether the round of `plan` runs as streamed branches decided as they arrive (streamed_fork.py)."""
         return False
 
-    def _streamed_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
+    def _streamed_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         """A chain round of streamed branches that ends at its decision (streamed_fork.py). t_0, the target's step
         after the prefix, runs while the draft writes: it was handed on by the round before, or starts now."""
         cap = self._cap(state)
@@ -272,12 +209,6 @@ class Engine:
                         score=verdicts[i].score, method=verdicts[i].method)
             for i in sorted(fork.verdicts)
         ]
-        spans = [state.span("draft", "d1" if len(tree.nodes) == 1 else f"d1..d{len(tree.nodes)}", started,
-                            started + draft_s, sum(n.step.completion_tokens for n in tree.nodes))] if tree.nodes else []
-        for node, branch in fork.branches.items():
-            spans.append(state.span("target", f"t{node + 1}", branch.started, branch.ended or fork.decided,
-                                    branch.tokens, branch.fate))
-        spans += [state.verify_span(start, end, pairs) for start, end, pairs in fork.judge_calls]
         # whole steps (a handed-on t_0's piece kept a round before included): a sample of the target's step lengths
         waited = [fork.branches[node].tokens for node in fork.target_after]
         # The target's time per token is sampled only where a lone request's time is known: t_0 of a round that
@@ -290,7 +221,8 @@ class Engine:
             verify_s=fork.verify_s, branches=len(fork.branches), target_tokens=lone.tokens if lone else 0,
             target_tokens_all=lone.tokens if lone else 0, target_others=load.others,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes), draft_steps=len(tree.nodes),
-            branch_tokens=waited, spans=spans, decided_s=state.clock(fork.decided),
+            branch_tokens=waited, spans=streamed_spans(state, tree, fork, started, draft_s),
+            decided_s=state.clock(fork.decided),
         ))
 
     def _check_deadline(self) -> None:
@@ -303,23 +235,23 @@ class Engine:
         if self.on_step is not None:
             self.on_step(step)
 
-    def _cap(self, state: _AnswerState) -> int:
+    def _cap(self, state: AnswerState) -> int:
         return max(1, min(self.config.max_step_tokens, self.config.max_tokens - state.metrics.output_tokens))
 
-    def _walk(self, state: _AnswerState) -> AcceptanceWalk:
+    def _walk(self, state: AnswerState) -> AcceptanceWalk:
         """The acceptance walk of the answer's next round; kept steps are announced as they are kept."""
         return AcceptanceWalk(len(state.log), self.config.max_tokens - state.metrics.output_tokens, self.announce)
 
     def _draft(self, prefix: str, plan: RoundPlan, cap: int) -> DraftTree:
         return draft_tree(self.models, prefix, plan.depth, plan.width, cap, self.config.max_tree_nodes)
 
-    def _plan(self, state: _AnswerState, policy: DepthPolicy) -> RoundPlan:
+    def _plan(self, state: AnswerState, policy: DepthPolicy) -> RoundPlan:
         """The next round's plan; once drafting was turned off, AR rounds of one step."""
         if not state.drafting:
             return RoundPlan(0)
         return policy.next_round(None if self.deadline is None else self.deadline - time.monotonic(), first=not state.log)
 
-    def _ar_stretch(self, state: _AnswerState, tokens: int, started: float) -> RoundRecord:
+    def _ar_stretch(self, state: AnswerState, tokens: int, started: float) -> RoundRecord:
         """An AR round that writes several steps in one request, as the target alone would (depth.py)."""
         t1 = time.perf_counter()
         tokens = min(tokens, self.config.max_tokens - state.metrics.output_tokens)
@@ -341,78 +273,69 @@ class Engine:
         ))
 
     def _verify_round(
-        self, state: _AnswerState, tree: DraftTree, plan: RoundPlan, cap: int, draft_s: float, started: float, bonus: bool,
+        self, state: AnswerState, tree: DraftTree, plan: RoundPlan, cap: int, draft_s: float, started: float, bonus: bool,
     ) -> RoundRecord:
-        """Target branches, judge, acceptance walk, bookkeeping; returns the round's record.
+        """A batched round after its draft: the target's fork, the judge, the acceptance walk; the round's record.
 
-        With an empty tree, `plan.probe_tokens` caps a fork probe's short second branch (depth.py);
-        `plan.measuring`: the round prices the draft and the verifier (depth.py), with `bonus` False."""
+        With an empty tree, `plan.probe_tokens` caps a fork probe's short second branch (probes.py);
+        `plan.measuring`: the round prices the draft and the verifier (planner.py), with `bonus` False."""
         state.metrics.count_tokens("draft", [node.step for node in tree.nodes])
-        t1 = time.perf_counter()
-        branches = target_branches(tree, bonus)
-        continuations = ["" if b == ROOT else tree.nodes[b].path for b in branches]
-        caps: int | list[int] = cap
         probe_tokens = 0 if tree.nodes else plan.probe_tokens
-        if probe_tokens:  # the start of the same step once more in the fork: what a second branch costs, B(2)
-            continuations.append("")
-            caps = [cap, min(cap, probe_tokens)]
-        try:
-            with self.policy.target_load.track(len(continuations)) as load:
-                # after the first round the prefix was written by a target branch: already in the cache
-                targets = self.models.target(state.prefix, continuations, caps, commit_prefix=not state.log)
-        except Exception as error:
-            raise target_failed(error) from None
-        if len(targets) != len(continuations):
-            raise ServerFailure(f"the target returned {len(targets)} steps for {len(continuations)} branches")
-        returned, outputs = targets[: len(branches)], targets  # outputs: a fork probe's branch too
-        target_after = dict(zip(branches, targets))
-        t2 = time.perf_counter()
-        target_s = t2 - t1
-        judgeable = [i for i, n in enumerate(tree.nodes) if n.parent in target_after]
-        pairs = [(target_after[tree.nodes[i].parent].text, tree.nodes[i].step.text) for i in judgeable]
-        found = dict(zip(judgeable, self.verify(state, pairs)))
-        verify_s = time.perf_counter() - t2
-        state.metrics.count_tokens("target", returned)  # the first round's root branch gives the run's prompt tokens
-        judged_nodes = sorted(found)
-        verdicts = [found.get(i, Verdict(False, None, "unjudged")) for i in range(len(tree.nodes))]
-
+        fork = self._batched_fork(state, tree, cap, bonus, probe_tokens)
+        verdicts, verify_s = self._judge_tree(state, tree, fork.target_after)
+        state.metrics.count_tokens("target", fork.returned)  # the first round's root branch gives the prompt tokens
         walk = self._walk(state)
-        first_children = walk_tree(tree, verdicts, target_after, walk)
+        first_children = walk_tree(tree, [verdicts.get(i, Verdict(False, None, "unjudged"))
+                                          for i in range(len(tree.nodes))], fork.target_after, walk)
         judged = [
-            JudgedDraft(
-                draft=tree.nodes[i].step.text, target=target_after[tree.nodes[i].parent].text,
-                accept=verdicts[i].accept, score=verdicts[i].score, method=verdicts[i].method,
-            )
-            for i in judged_nodes
+            JudgedDraft(draft=tree.nodes[i].step.text, target=fork.target_after[tree.nodes[i].parent].text,
+                        accept=v.accept, score=v.score, method=v.method)
+            for i, v in sorted(verdicts.items())
         ]
+        returned, outputs = fork.returned, fork.outputs
         return self._finish_round(state, walk, RoundWork(
-            depth=plan.depth, started=started, judged=judged, draft_s=draft_s, target_s=target_s,
-            target_server_s=server_s([t.server_s for t in outputs], max), verify_s=verify_s, branches=len(branches),
-            target_tokens=max(t.completion_tokens for t in returned),
-            target_tokens_all=sum(t.completion_tokens for t in outputs), target_others=load.others,
-            probe_tokens=targets[-1].completion_tokens if probe_tokens else 0,
+            depth=plan.depth, started=started, judged=judged, draft_s=draft_s, target_s=fork.ended - fork.started,
+            target_server_s=server_s([t.server_s for t in outputs], max), verify_s=verify_s,
+            branches=len(fork.branches), target_tokens=max(t.completion_tokens for t in returned),
+            target_tokens_all=sum(t.completion_tokens for t in outputs), target_others=fork.others,
+            probe_tokens=outputs[-1].completion_tokens if probe_tokens else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, draft_steps=tree.depth,
             branch_tokens=[t.completion_tokens for t in returned], width=tree.width,
             measuring=plan.measuring and bool(tree.nodes), first_candidates=first_children,
-            spans=self._batched_spans(state, tree, started, draft_s, t1, t2, verify_s, outputs, len(judged)),
-            decided_s=state.clock(t2 + verify_s),
+            spans=batched_spans(state, tree, started, draft_s, fork.started, fork.ended, verify_s, outputs,
+                                len(judged)),
+            decided_s=state.clock(fork.ended + verify_s),
         ))
 
-    @staticmethod
-    def _batched_spans(state: _AnswerState, tree: DraftTree, started: float, draft_s: float, t1: float, t2: float,
-                       verify_s: float, outputs: list[StepOutput], pairs: int) -> list[TraceSpan]:
-        """A batched round on the timeline: its draft, its fork as one request, its judge call."""
-        spans = []
-        if tree.nodes:
-            spans.append(state.span("draft", f"d1..d{tree.depth}" if tree.depth > 1 else "d1", t1 - draft_s, t1,
-                                    sum(n.step.completion_tokens for n in tree.nodes)))
-        label = "t1" if len(outputs) == 1 else f"t1..t{len(outputs)} (one batch)"
-        spans.append(state.span("target", label, t1, t2, sum(o.completion_tokens for o in outputs), "judged"))
-        if pairs:
-            spans.append(state.verify_span(t2, t2 + verify_s, pairs))
-        return spans
+    def _batched_fork(self, state: AnswerState, tree: DraftTree, cap: int, bonus: bool,
+                      probe_tokens: int) -> BatchedFork:
+        """The round's target branches in one request; `probe_tokens`: a fork probe's short second branch."""
+        branches = target_branches(tree, bonus)
+        continuations = ["" if b == ROOT else tree.nodes[b].path for b in branches]
+        caps: int | list[int] = cap
+        if probe_tokens:  # the start of the same step once more in the fork: what a second branch costs, B(2)
+            continuations.append("")
+            caps = [cap, min(cap, probe_tokens)]
+        started = time.perf_counter()
+        try:
+            with self.policy.target_load.track(len(continuations)) as load:
+                # after the first round the prefix was written by a target branch: already in the cache
+                outputs = self.models.target(state.prefix, continuations, caps, commit_prefix=not state.log)
+        except Exception as error:
+            raise target_failed(error) from None
+        if len(outputs) != len(continuations):
+            raise ServerFailure(f"the target returned {len(outputs)} steps for {len(continuations)} branches")
+        return BatchedFork(branches, outputs, load.others, started, time.perf_counter())
 
-    def _finish_round(self, state: _AnswerState, walk: AcceptanceWalk, work: RoundWork) -> RoundRecord:
+    def _judge_tree(self, state: AnswerState, tree: DraftTree,
+                    target_after: dict[int, StepOutput]) -> tuple[dict[int, Verdict], float]:
+        """Every node whose parent's branch came back, judged in one call: (verdicts by node, seconds)."""
+        started = time.perf_counter()
+        judgeable = [i for i, n in enumerate(tree.nodes) if n.parent in target_after]
+        pairs = [(target_after[tree.nodes[i].parent].text, tree.nodes[i].step.text) for i in judgeable]
+        return dict(zip(judgeable, self.verify(state, pairs))), time.perf_counter() - started
+
+    def _finish_round(self, state: AnswerState, walk: AcceptanceWalk, work: RoundWork) -> RoundRecord:
         """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
         fields = asdict(work)
         fields["judged"] = work.judged  # the models themselves, not asdict's copies as dicts
@@ -434,7 +357,7 @@ class Engine:
             self.on_round(record)
         return record
 
-    def verify(self, state: _AnswerState, pairs: list[tuple[str, str]]) -> list[Verdict]:
+    def verify(self, state: AnswerState, pairs: list[tuple[str, str]]) -> list[Verdict]:
         if not pairs:
             return []
         try:
@@ -447,7 +370,7 @@ class Engine:
         state.metrics.count_tokens("judge", [v for v in verdicts if v.prompt_tokens])  # those a model was asked for
         return verdicts
 
-    def _done(self, state: _AnswerState, record: RoundRecord) -> bool:
+    def _done(self, state: AnswerState, record: RoundRecord) -> bool:
         if record.finished:
             state.finish = "eos"
             return True
@@ -466,7 +389,7 @@ class SyncEngine(Engine):
         return (self.config.fork == "streamed" and plan.width == 1 and not plan.probe_tokens and not plan.measuring
                 and not plan.stretch_tokens and supports_streaming(self.models))
 
-    def _drafting_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
+    def _drafting_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         if self._streams(plan):
             return self._streamed_round(state, plan, started)
         cap = self._cap(state)
@@ -488,12 +411,12 @@ class AsyncEngine(Engine):
 
     mode = "async"
 
-    def _drafting_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
+    def _drafting_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         if self.config.width == 1:
             return self._chain_round(state, plan, started)
         return self._window_round(state, plan, started)
 
-    def _chain_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
+    def _chain_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         walk = self._walk(state)
         judged, pipe, verify_s = run_chain_round(self, state, walk, plan.depth, self._cap(state), state.pool)
         return self._finish_round(state, walk, RoundWork(
@@ -505,32 +428,15 @@ class AsyncEngine(Engine):
             draft_tokens=sum(pipe.draft_tokens), draft_steps=len(pipe.draft_times),
             branch_tokens=list(pipe.target_tokens),
             target_others=statistics.mean(pipe.target_others) if pipe.target_others else None,
-            spans=self._pipeline_spans(state, pipe, walk), decided_s=state.clock(time.perf_counter()),
+            spans=pipeline_spans(state, pipe, walk), decided_s=state.clock(time.perf_counter()),
         ))
-
-    @staticmethod
-    def _pipeline_spans(state: _AnswerState, pipe, walk: AcceptanceWalk) -> list[TraceSpan]:
-        """A pipelined round on the timeline: each drafted step, each target branch, each judge call."""
-        spans = [state.span("draft", f"d{i}", start, end, tokens)
-                 for i, (start, end, tokens) in enumerate(pipe.draft_spans, start=1)]
-        kept_target = walk.outputs[-1] if walk.kept and walk.kept[-1].source == "target" else None
-        for i, branch in sorted(pipe.branches.items()):
-            fate = branch.fate
-            if fate == "running":
-                done = pipe.targets.get(i)
-                fate = "kept" if done is not None and done.done() and not done.exception() and \
-                    done.result() is kept_target else ("judged" if branch.ended is not None else "unused")
-            spans.append(state.span("target", f"t{i}", branch.started, branch.ended or time.perf_counter(),
-                                    branch.tokens, fate))
-        spans += [state.verify_span(start, end, pairs) for start, end, pairs in pipe.judge_calls]
-        return spans
 
     def _timed_draft(self, prefix: str, plan: RoundPlan, cap: int) -> tuple[DraftTree, float]:
         t0 = time.perf_counter()
         tree = self._draft(prefix, plan, cap)
         return tree, time.perf_counter() - t0
 
-    def _window_round(self, state: _AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
+    def _window_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         cap = self._cap(state)
         tree, draft_s = DraftTree([]), 0.0
         if plan.depth:
