@@ -76,7 +76,7 @@ def run_json(result: LookaheadResult, baseline: BaselineResult | None = None) ->
     out = {
         "text": result.text,
         "answer": result.answer,
-        "steps": [{"text": s.text, "source": s.source, "verifier_score": s.verifier_score, "judge_p_yes": s.verifier_score} for s in result.steps],
+        "steps": [{"text": s.text, "source": s.source, "verifier_score": s.verifier_score} for s in result.steps],
         "stats": stats.model_dump(),
         "round_log": [record.model_dump() for record in result.round_log],  # `lookahead trace` draws it
     }

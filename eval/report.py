@@ -11,11 +11,11 @@ those ratios, and the aggregate (total baseline time / total method time).
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from pathlib import Path
 
 import numpy as np
+import scipy.stats
 from pydantic import BaseModel
 
 from lookahead_reasoning.eval.records import EvalRecord
@@ -45,14 +45,12 @@ class MethodSummary(BaseModel):
     degraded: int  # runs where a draft or judge failure was worked around
 
 
-def wilson_interval(right: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+def wilson_interval(right: int, n: int) -> tuple[float, float] | None:
     """The 95 % Wilson score interval of a proportion (sound at 0 and n, unlike the normal one)."""
     if n == 0:
         return None
-    p = right / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    ci = scipy.stats.binomtest(right, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def paired_difference(pairs: list[tuple[bool, bool]], resamples: int = 2000,
@@ -61,9 +59,12 @@ def paired_difference(pairs: list[tuple[bool, bool]], resamples: int = 2000,
     if not pairs:
         return None, None
     diffs = np.array([int(a) - int(b) for a, b in pairs], dtype=float)
-    draws = np.random.default_rng(seed).integers(0, len(diffs), size=(resamples, len(diffs)))
-    low, high = np.percentile(diffs[draws].mean(axis=1), [2.5, 97.5])
-    return float(diffs.mean()), (float(low), float(high))
+    mean = float(diffs.mean())
+    if len(diffs) == 1:  # scipy asks for two observations; one pair resamples only to itself
+        return mean, (mean, mean)
+    ci = scipy.stats.bootstrap((diffs,), np.mean, n_resamples=resamples, method="percentile",
+                               rng=np.random.default_rng(seed)).confidence_interval
+    return mean, (float(ci.low), float(ci.high))
 
 
 def summarize(records: list[EvalRecord], methods: list[str], baseline: str = "ar") -> list[MethodSummary]:

@@ -9,10 +9,12 @@ protects the answer), recall the share of equivalent pairs accepted (what buys s
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
+import scipy.stats
 from pydantic import BaseModel
 
 from lookahead_reasoning.eval.datasets import read_jsonl
@@ -141,29 +143,32 @@ def bootstrap_intervals(labels: list[bool], accepted: list[bool], resamples: int
                         seed: int = 0) -> dict[str, Interval | None]:
     """95 % percentile-bootstrap intervals of precision, recall and F1, resampling pairs with replacement.
 
-    A pair only matters through its outcome (TP, FP, FN, TN), so drawing n pairs with replacement is
-    drawing the four counts from a multinomial. A resample where a metric is undefined is skipped for
-    that metric; None when no resample defines it.
+    A resample where a metric is undefined is left out of that metric's interval; None when no resample
+    defines it.
     """
-    n = len(labels)
-    if n == 0:
-        return {"precision": None, "recall": None, "f1": None}
-    cells = np.array(_counts(labels, accepted), dtype=float) / n
-    tp, fp, fn, _ = np.random.default_rng(seed).multinomial(n, cells, size=resamples).T
-    return {
-        "precision": _percentiles(tp, tp + fp),
-        "recall": _percentiles(tp, tp + fn),
-        "f1": _percentiles(2 * tp, 2 * tp + fp + fn),
-    }
+    names = ("precision", "recall", "f1")
+    if len(labels) < 2:  # scipy asks for two pairs; one pair resamples only to itself
+        point = metrics(labels, accepted, None).model_dump() if labels else {}
+        return {k: None if point.get(k) is None else (point[k], point[k]) for k in names}
+    with warnings.catch_warnings():
+        # scipy's own interval is NaN where some resample leaves a metric undefined; it is taken below instead
+        warnings.simplefilter("ignore", scipy.stats.DegenerateDataWarning)
+        result = scipy.stats.bootstrap((np.array(labels, dtype=bool), np.array(accepted, dtype=bool)), _rates,
+                                       paired=True, vectorized=True, n_resamples=resamples, method="percentile",
+                                       rng=np.random.default_rng(seed))
+    # the same percentiles as scipy's interval, over the resamples that define each metric
+    bounds = scipy.stats.quantile(result.bootstrap_distribution, np.array([0.025, 0.975]), axis=-1,
+                                  nan_policy="omit")
+    return {k: None if np.isnan(low) else (float(low), float(high)) for k, (low, high) in zip(names, bounds)}
 
 
-def _percentiles(numerator: np.ndarray, denominator: np.ndarray) -> Interval | None:
-    defined = denominator > 0
-    if not defined.any():
-        return None
-    values = numerator[defined] / denominator[defined]
-    low, high = np.percentile(values, [2.5, 97.5])
-    return float(low), float(high)
+def _rates(labels: np.ndarray, accepted: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Precision, recall and F1 of each resample (NaN where undefined)."""
+    tp = (labels & accepted).sum(axis=axis)
+    fp = (~labels & accepted).sum(axis=axis)
+    fn = (labels & ~accepted).sum(axis=axis)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.stack([tp / (tp + fp), tp / (tp + fn), 2 * tp / (2 * tp + fp + fn)])
 
 
 def evaluate(verifier: Verifier, pairs: list[LabelledPair], threshold: float | None) -> Metrics:

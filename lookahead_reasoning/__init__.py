@@ -16,7 +16,6 @@ _API = {
     "SamplingConfig": "lookahead_reasoning.runtime.config",
     "Endpoints": "lookahead_reasoning.runtime.servers.endpoints",
     "ServerAddress": "lookahead_reasoning.runtime.servers.endpoints",
-    "Endpoint": "lookahead_reasoning.runtime.servers.endpoints",  # the old name of ServerAddress
     "ServerGroup": "lookahead_reasoning.runtime.servers.launcher",
     "LookaheadResult": "lookahead_reasoning.runtime.results",
     "LookaheadError": "lookahead_reasoning.errors",

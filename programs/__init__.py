@@ -14,13 +14,10 @@ _API = {
     "Sampling": "step_types", "StepOutput": "step_types",
     "continue_texts": "steps", "draft_steps": "steps", "free_generation": "steps", "target_steps": "steps",
 }
-_OLD_NAMES = {"SGLangRoles": "SGLangStepModels"}  # names before 0.2, kept for existing imports
-
-__all__ = sorted([*_API, *_OLD_NAMES])
+__all__ = sorted(_API)
 
 
 def __getattr__(name):
-    name = _OLD_NAMES.get(name, name)
     if name in _API:
         return getattr(importlib.import_module(f"{__name__}.{_API[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -47,6 +47,7 @@ from typing import Callable, Iterator
 
 import urllib3
 from urllib3.exceptions import HTTPError, NewConnectionError, TimeoutError as RequestTimeout
+from urllib3.util.retry import Retry
 from sglang.lang.backend.base_backend import BaseBackend
 from sglang.lang.backend.runtime_endpoint import RuntimeEndpoint, compute_normalized_prompt_logprobs
 from sglang.lang.chat_template import get_chat_template, get_chat_template_by_model_path
@@ -118,6 +119,22 @@ def _timed_out(error: HTTPError) -> bool:
     return isinstance(error, RequestTimeout) and not isinstance(error, NewConnectionError)
 
 
+class _RetryOnce(Retry):
+    """One more try after any failure but a timeout, for every method: a kept-alive connection the server
+    closed just as it was reused fails, and a fresh one tells that apart from a dead server. A timeout is
+    not tried again, so that a server that hangs costs one timeout, not two."""
+
+    def increment(self, method=None, url=None, response=None, error=None, _pool=None, _stacktrace=None):
+        if error is not None and _timed_out(error):
+            raise error.with_traceback(_stacktrace)
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+
+# no delay before the try; HTTP statuses (Retry-After included) and redirects are answers, handed back as they are
+_RETRY = _RetryOnce(total=1, redirect=0, status=0, allowed_methods=None, raise_on_redirect=False,
+                    raise_on_status=False, respect_retry_after_header=False)
+
+
 class LookaheadEndpoint(RuntimeEndpoint):
     def __init__(
         self,
@@ -153,20 +170,9 @@ class LookaheadEndpoint(RuntimeEndpoint):
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = self.base_url + path
         timeout = urllib3.Timeout(connect=self.timeout_s, read=self.timeout_s)
-
-        def send():
-            return self._pool.request(method, url, json=payload, headers=headers, timeout=timeout, retries=False)
-
         started = time.perf_counter()
         try:
-            try:
-                res = send()
-            except HTTPError as error:
-                if _timed_out(error):
-                    raise
-                # a kept-alive connection the server closed just as it was reused fails: one more try on a
-                # fresh connection tells that apart from a dead server
-                res = send()
+            res = self._pool.request(method, url, json=payload, headers=headers, timeout=timeout, retries=_RETRY)
             if self.request_log is not None:
                 self.request_log.append((started, time.perf_counter()))
         except HTTPError as error:

@@ -34,7 +34,7 @@ import json
 import threading
 from pathlib import Path
 
-from pydantic import AliasChoices, BaseModel, Field, computed_field
+from pydantic import BaseModel
 
 from lookahead_reasoning.files import cache_dir, write_atomically
 from lookahead_reasoning.runtime.cost_fit import MAX_SLOPE, Average, Fit, TargetFit, per_answer
@@ -56,8 +56,7 @@ class CostEstimate(BaseModel):
     concurrency: float = 1.0  # answers sharing the servers when the estimate was made
     c: float | None = None  # the draft's time per step over the target's, at `concurrency`
     # the verifier's seconds for one pair (a fork of n pairs costs B(n) times this)
-    verify_s_per_round: float | None = Field(
-        None, validation_alias=AliasChoices("verify_s_per_round", "judge_s_per_round"))
+    verify_s_per_round: float | None = None
     j: float | None = None  # the same in target steps, at `concurrency`
     step_tokens: float | None = None
     observations: int = 0
@@ -65,16 +64,12 @@ class CostEstimate(BaseModel):
     planned_depth: int | None = None  # the γ it would choose now (0: plain AR)
     planned_width: int | None = None  # the W it would choose now
     width_speedups: dict[int, float] = {}  # with --width W > 1: the best expected speedup at each width
-    expected_speedup: float | None = None  # over AR, by the theory with these costs at the plan's α (depth.py)
+    # over AR, by the theory with these costs at the plan's α (policy/planner.py)
+    expected_speedup: float | None = None
     measured_gain: float | None = None  # tokens/s of the rounds that drafted over that of AR rounds, measured
     draft_slots: int | None = None  # how many of the answers sharing the policy may be in a drafting round at once
-    client_cores: float | None = None  # the CPU the client process used over the last second, in cores (depth.py)
-
-    @computed_field
-    @property
-    def judge_s_per_round(self) -> float | None:
-        """The old name of `verify_s_per_round`, kept in the JSON for readers of earlier results."""
-        return self.verify_s_per_round
+    # the CPU the client process used over the last second, in cores (client_cpu.py)
+    client_cores: float | None = None
 
 
 class CostModel:

@@ -252,7 +252,7 @@ class Engine:
         return policy.next_round(None if self.deadline is None else self.deadline - time.monotonic(), first=not state.log)
 
     def _ar_stretch(self, state: AnswerState, tokens: int, started: float) -> RoundRecord:
-        """An AR round that writes several steps in one request, as the target alone would (depth.py)."""
+        """An AR round that writes several steps in one request, as the target alone would (policy/stretches.py)."""
         t1 = time.perf_counter()
         tokens = min(tokens, self.config.max_tokens - state.metrics.output_tokens)
         try:

@@ -1,5 +1,5 @@
 """The programs' backend: a server's model by its current route or the older one, a dropped connection tried once
-more, a server that never answers as a timeout, the proxy the environment names, and typed gens as regexes."""
+more, a server that never answers as one timeout, the proxy the environment names, and typed gens as regexes."""
 
 import json
 import socket
@@ -104,6 +104,33 @@ def test_a_server_that_never_answers_is_a_timeout_not_a_hang():
         with pytest.raises(BackendError, match=r"/model_info did not answer within 0.5 s"):
             LookaheadEndpoint(url, chat_template="chatml", timeout_s=0.5)
         assert time.monotonic() - started < 5
+
+
+def test_a_timeout_is_not_tried_again():
+    """A server that hangs costs one timeout: the request is not sent a second time."""
+    from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
+
+    accepted: list[socket.socket] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def accept():  # every connection, each held open without an answer
+            while True:
+                try:
+                    accepted.append(listener.accept()[0])
+                except OSError:
+                    return
+
+        threading.Thread(target=accept, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        try:
+            with pytest.raises(BackendError, match=r"did not answer within 0.3 s"):
+                LookaheadEndpoint(url, chat_template="chatml", timeout_s=0.3)
+            assert len(accepted) == 1
+        finally:
+            for conn in accepted:
+                conn.close()
 
 
 def test_requests_go_through_the_proxy_the_environment_names(monkeypatch):

@@ -121,10 +121,31 @@ def test_lr_random_accepts_about_half_of_what_the_judge_would(sims, data, tmp_pa
     assert 0.2 < summary["lr-random"].acceptance_rate < 0.8
 
 
-def test_wilson_interval_known_values_and_edges():
-    low, high = wilson_interval(8, 10)
-    assert low == pytest.approx(0.4902, abs=1e-3) and high == pytest.approx(0.9433, abs=1e-3)
+# The score interval's closed form with z = 1.96: (p + z²/2n)/(1 + z²/n) ± z·sqrt(p(1−p)/n + z²/4n²)/(1 + z²/n).
+# scipy takes z from the normal quantile (1.95996...), which moves the bounds by under 1e-5.
+WILSON_CLOSED_FORM = {(8, 10): (0.49015685, 0.94331905), (0, 5): (0.0, 0.43449149), (5, 5): (0.56550851, 1.0),
+                      (1, 2): (0.09452865, 0.90547135), (37, 50): (0.60446578, 0.84128620),
+                      (171, 200): (0.79951219, 0.89710715)}
+
+
+def test_wilson_interval_matches_the_closed_form_and_its_edges():
+    for (right, n), bounds in WILSON_CLOSED_FORM.items():
+        assert wilson_interval(right, n) == pytest.approx(bounds, abs=1e-5), (right, n)
     assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0 and wilson_interval(0, 0) is None
+
+
+def test_paired_difference_matches_resampling_the_pairs_by_hand():
+    # the figures of the same percentile bootstrap written out with numpy (seeded index draws, resample means,
+    # np.percentile): another generator's draws move the bounds by Monte Carlo error, under one pair's 1/n
+    for pairs, mean, bounds in (
+        ([(True, False)] * 7 + [(False, True)] * 2 + [(True, True)] * 21 + [(False, False)] * 10, 0.125,
+         (0.0, 0.275)),
+        ([(True, False)] * 3 + [(True, True)] * 40 + [(False, True)] * 12 + [(False, False)] * 5, -0.15,
+         (-0.2667, -0.0333)),
+    ):
+        got_mean, got = paired_difference(pairs)
+        assert got_mean == pytest.approx(mean) and got == pytest.approx(bounds, abs=1 / len(pairs))
+    assert paired_difference([(True, False)]) == (1.0, (1.0, 1.0))
 
 
 @settings(max_examples=60, deadline=None)

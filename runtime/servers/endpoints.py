@@ -43,9 +43,6 @@ class ServerAddress(BaseModel):
         return url.rstrip("/")
 
 
-Endpoint = ServerAddress  # the old name, kept for one release
-
-
 class Endpoints(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
