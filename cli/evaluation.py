@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Annotated, Iterator, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -17,6 +17,9 @@ from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.servers.endpoints import Endpoints
 from lookahead_reasoning.errors import LookaheadError
 
+ForceReuse = Annotated[bool, typer.Option(
+    "--force-reuse", help="go on from results in --out although eval.json is missing or names other models (or none); "
+                          "it then names this run's models")]
 
 
 def progress_bar() -> Progress:
@@ -54,8 +57,12 @@ def describe_verifier(server_set: Endpoints, config: LookaheadConfig) -> str:
 
 
 def run_with_progress(problems, methods, endpoints, out, settings, samples, label: str, grade_answers: bool = True,
-                      unsafe_no_sandbox: bool = False, **selection):
+                      unsafe_no_sandbox: bool = False, force_reuse: bool = False, **selection):
+    from lookahead_reasoning.eval.records import adopt_results
     from lookahead_reasoning.eval.runner import run_eval
+
+    if force_reuse:
+        adopt_results(out, settings)
 
     with progress_bar() as bar:
         task = bar.add_task(label, total=None)
@@ -103,6 +110,7 @@ def eval_command(
     unsafe_no_sandbox: bool = typer.Option(
         False, "--unsafe-no-sandbox",
         help="grade code answers without bubblewrap isolation (an audit hook and rlimits only): only where bwrap cannot run"),
+    force_reuse: ForceReuse = False,
 ):
     """Evaluate methods on a benchmark: accuracy, acceptance, speedup against AR, tokens/s."""
     from lookahead_reasoning.eval.datasets import dataset_spec, load_problems, problem_span
@@ -138,7 +146,7 @@ def eval_command(
         if warning:
             err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
     records = run_with_progress(chosen, method_specs, server_set, out, settings, samples, dataset,
-                                unsafe_no_sandbox=unsafe_no_sandbox, concurrency=concurrency,
+                                unsafe_no_sandbox=unsafe_no_sandbox, force_reuse=force_reuse, concurrency=concurrency,
                                 ar_finishes=ar_finishes, keep=limit if ar_finishes else None)
     kept = len({r.problem_id for r in records})
     title = f"{dataset}: {kept} problems × {samples} sample(s)"
@@ -191,6 +199,7 @@ def sweep_command(
     max_tree_nodes: int = typer.Option(32, help="budget of draft nodes per round for W > 1"),
     seed: int = typer.Option(1, help="sampling seed of the tree's draft candidates"),
     timeout: Timeout = 300.0,
+    force_reuse: ForceReuse = False,
 ):
     """Sweep tree width against depth (the paper's Table 3): accuracy / acceptance / speedup per cell."""
     from lookahead_reasoning.eval.datasets import dataset_spec, load_problems
@@ -216,7 +225,7 @@ def sweep_command(
         settings["models"] = served_models(server_set)  # a resume against other models is refused
         verifier_note = describe_verifier(server_set, config)
         records = run_with_progress(problems, methods, server_set, out, settings, 1, f"sweep {dataset}",
-                                    grade_answers=not sim)
+                                    grade_answers=not sim, force_reuse=force_reuse)
     where = f"simulated servers (α = {sim_alpha}, c = {sim_c})" if sim else "real servers"
     title = f"{dataset}: W × γ sweep, {len(problems)} problems, {engine} engine, {where}"
     notes = [verifier_note] + (["simulated servers write synthetic text: accuracy is n/a"] if sim else

@@ -1,11 +1,13 @@
 """Eval results on disk: one JSON line per (problem, method, sample), appended as each finishes.
 
 The file is the state of a run. A rerun reads it and skips what is there; a last line cut
-short by a crash is dropped (it was not a finished result) before appending again, and a
-bad line before it is skipped with a warning (its result is run again). A header file
+short by a crash is cut off (it was not a finished result) before appending again, and a
+bad line or a torn record before it is skipped with a warning (its result is run again), while
+every whole record is read, also one appended on the same line after a torn one. A header file
 next to it (eval.json) pins the settings and the served models, so a rerun with other
 settings or against other models cannot mix its results into the same file. Results with no
-eval.json beside them are refused: the records do not name the models that made them.
+eval.json beside them, or with one that names no models, are refused: nothing says which
+models made them. `--force-reuse` (`adopt_results`) adopts them as this run's all the same.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
@@ -21,6 +24,10 @@ from lookahead_reasoning.files import write_atomically
 from lookahead_reasoning.errors import LookaheadError, validation_message
 
 log = logging.getLogger(__name__)
+
+# where a JSON object with keys can begin: inside a JSON string a quote is escaped, so `{"` there is never
+# followed by a key, and a record has no nested objects; a torn record's line holds these only where pieces start
+OBJECT_START = re.compile(rb'\{\s*"')
 
 
 class EvalRecord(BaseModel):
@@ -59,10 +66,12 @@ class ResultStore:
     def load(self) -> dict[tuple[str, str, int], EvalRecord]:
         """The finished records.
 
-        A last line without its newline is kept when it is a whole record, and cut off the
-        file when it is torn (a crash while writing it: not a finished result). A bad line
-        before it (not UTF-8, not JSON, not a record) is skipped with a logged warning
-        naming its file:line; a file in which no line is a record is refused.
+        Every whole record is read, also one that follows a torn record on the same line (a crash
+        cut that one short and a resumed run appended after it). A bad line or a torn piece of a
+        line is skipped with a logged warning naming its file:line; a file in which no line holds a
+        record is refused. A last line without its newline is kept when it is a whole record; when
+        it ends in a torn record (a crash while writing it: not a finished result), that record is
+        cut off the file, with a warning, so that its result is run again.
         """
         if not self.path.exists():
             return {}
@@ -70,29 +79,28 @@ class ResultStore:
         *lines, tail = raw.split(b"\n")  # lines end with "\n" (JSON escapes it in strings); tail does not
         records: dict[tuple[str, str, int], EvalRecord] = {}
         skipped: list[tuple[int, str]] = []
-        for number, line in enumerate(lines, 1):
+        cut: tuple[int, str] | None = None  # bytes to cut off the end of the file, and why
+        for number, line in enumerate([*lines, tail], 1):
             if not line.strip():
                 continue
-            parsed = _parse(line)
-            if isinstance(parsed, EvalRecord):
-                records[parsed.key] = parsed
-            else:
-                skipped.append((number, parsed))
-        torn = False
-        if tail.strip():
-            parsed = _parse(tail)
-            if isinstance(parsed, EvalRecord):
-                records[parsed.key] = parsed  # whole, only its newline is missing; `append` adds it
-            else:
-                torn = True
+            found, torn = _read(line)
+            records.update((r.key, r) for r in found)
+            # a last line that ends in what began as a record was being written when the run stopped; other
+            # bad bytes there were not written by a run and stay, skipped like any bad line
+            if number > len(lines) and torn and torn[-1][1] == len(line) and line[torn[-1][0]:].startswith(b"{"):
+                start, end, problem = torn.pop()  # the record being written when the run stopped
+                why = f"{_where(start, end, line, problem)}, a record cut short; cut off, its result runs again"
+                cut = (end - start, f"{self.path}:{number}: {why}")
+            skipped += [(number, _where(start, end, line, problem)) for start, end, problem in torn]
         if skipped and not records:
             number, problem = skipped[0]
             raise LookaheadError(f"{self.path}:{number}: {problem}; move the file away or use another --out")
         for number, problem in skipped:
             log.warning("%s:%d: %s; skipped", self.path, number, problem)
-        if torn:
+        if cut:
+            log.warning("%s", cut[1])
             with self.path.open("r+b") as f:
-                f.truncate(len(raw) - len(tail))
+                f.truncate(len(raw) - cut[0])
         return records
 
     def append(self, record: EvalRecord) -> None:
@@ -107,6 +115,45 @@ class ResultStore:
             f.write(line)  # append mode: at the end, wherever the read left the position
             f.flush()
             os.fsync(f.fileno())
+
+
+def _read(line: bytes) -> tuple[list[EvalRecord], list[tuple[int, int, str]]]:
+    """The whole records on a line, and its pieces that are none: (start, end, what is wrong).
+
+    A line is one record but for a crash: then it is a torn record's piece, perhaps followed by a
+    whole record appended after it. Pieces begin where an object can begin (`OBJECT_START`); from
+    each, the shortest run of pieces that reads as a record is taken.
+    """
+    parsed = _parse(line)
+    if isinstance(parsed, EvalRecord):
+        return [parsed], []
+    bounds = sorted({0, *(m.start() for m in OBJECT_START.finditer(line)), len(line)})
+    records: list[EvalRecord] = []
+    torn: list[tuple[int, int, str]] = []
+    bad_from: int | None = None  # where the bad piece being passed over began
+    i = 0
+    while i < len(bounds) - 1:
+        for j in range(i + 1, len(bounds)):
+            record = _parse(line[bounds[i]:bounds[j]])
+            if isinstance(record, EvalRecord):
+                break
+        else:
+            bad_from = bounds[i] if bad_from is None else bad_from
+            i += 1
+            continue
+        if bad_from is not None:
+            torn.append((bad_from, bounds[i], _parse(line[bad_from:bounds[i]])))
+            bad_from = None
+        records.append(record)
+        i = j
+    if bad_from is not None:
+        torn.append((bad_from, len(line), parsed if bad_from == 0 else _parse(line[bad_from:])))
+    return records, torn
+
+
+def _where(start: int, end: int, line: bytes, problem: str) -> str:
+    """What is wrong with line[start:end], naming its columns unless it is the whole line."""
+    return problem if (start, end) == (0, len(line)) else f"columns {start + 1}-{end}: {problem}"
 
 
 def _parse(line: bytes) -> EvalRecord | str:
@@ -143,39 +190,55 @@ def read_pin(path: Path) -> dict:
     return pinned
 
 
+ADOPT = "give --force-reuse to add this run's results to them"  # how a refused reuse can go ahead all the same
+
+
 def refuse_unpinned(results: Path, pin: Path) -> None:
     """A one-line LookaheadError when `results` holds anything and `pin` does not exist.
 
     A run writes its pin before its first result, so such results came from elsewhere (copied in,
     or eval.json deleted); the records do not name the models or settings that made them, so they
-    cannot be checked against this run's and are not adopted.
+    cannot be checked against this run's and are not adopted (`adopt_results` adopts them).
     """
-    if pin.exists() or not results.exists():
-        return
+    if not pin.exists() and _has_results(results):
+        raise LookaheadError(
+            f"{results} has results but no {pin.name} beside it, so the models and settings that made them "
+            f"are unknown; move it away, use another --out, or {ADOPT}"
+        )
+
+
+def _has_results(results: Path) -> bool:
+    if not results.exists():
+        return False
     with results.open("rb") as f:
         while chunk := f.read(1 << 16):
             if chunk.strip():
-                raise LookaheadError(
-                    f"{results} has results but no {pin.name} beside it, so the models and settings that made them "
-                    "are unknown; move it away or use another --out"
-                )
+                return True
+    return False
 
 
-def pin_settings(path: Path, settings: dict) -> None:
+def pin_settings(path: Path, settings: dict, force_reuse: bool = False) -> None:
     """Write the run's settings, or check that a resumed run uses the same ones.
 
-    `settings["models"]` (role -> the model its server serves, see eval/served.py) is
-    checked role by role; a pin written without models takes the ones given now.
+    `settings["models"]` (role -> the model its server serves, see eval/served.py) is checked
+    role by role; a pin that names other models, or none (written before models were pinned),
+    is refused, unless `force_reuse`: then it names the models given now. A caller that gives
+    no models keeps the pinned ones.
     """
     if path.exists():
         before = read_pin(path)
         then, now = before.get("models"), settings.get("models")
-        if then is not None and now is not None and then != now:
-            roles = [r for r in dict.fromkeys([*now, *then]) if then.get(r) != now.get(r)]
-            differ = ", ".join(f"{r}: {then.get(r) or 'none'} then, {now.get(r) or 'none'} now" for r in roles)
-            raise LookaheadError(
-                f"{path.parent} holds results of other models ({differ}); use another --out to start afresh"
-            )
+        if now is not None and then != now:
+            if then is None:
+                problem = f"{path} names no models, so the models that made the results in {path.parent} are unknown"
+            else:
+                roles = [r for r in dict.fromkeys([*now, *then]) if then.get(r) != now.get(r)]
+                differ = ", ".join(f"{r}: {then.get(r) or 'none'} then, {now.get(r) or 'none'} now" for r in roles)
+                problem = f"{path.parent} holds results of other models ({differ})"
+            if not force_reuse:
+                raise LookaheadError(f"{problem}; use another --out to start afresh, or {ADOPT}")
+            log.warning("%s; --force-reuse: this run's results join them, and %s names this run's models",
+                        problem, path.name)
         changed = sorted(k for k in settings if k not in ("methods", "models") and before.get(k) != settings[k])
         if changed:
             raise LookaheadError(
@@ -186,3 +249,13 @@ def pin_settings(path: Path, settings: dict) -> None:
         if now is None and then is not None:
             settings["models"] = then
     write_atomically(path, json.dumps(settings, indent=2))
+
+
+def adopt_results(out: Path, settings: dict) -> None:
+    """`--force-reuse`: let a run go on from the results in `out` although eval.json is missing or does not
+    name the run's models: it then names them. Other settings must still match (`pin_settings`)."""
+    results, pin = out / "results.jsonl", out / "eval.json"
+    if not pin.exists() and _has_results(results):
+        log.warning("%s has results but no %s beside it; --force-reuse: they count as results of this run's "
+                    "models and settings", results, pin.name)
+    pin_settings(pin, {**settings, "methods": []}, force_reuse=True)

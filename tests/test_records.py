@@ -94,6 +94,49 @@ def test_a_resume_against_another_target_model_is_refused(sims, data, tmp_path, 
     assert (out / "results.jsonl").read_bytes() == results
 
 
+def earlier_run(data, out, urls, capsys, edit_pin) -> bytes:
+    """A finished run's folder whose eval.json `edit_pin` changed and whose second result is gone; its first line."""
+    assert invoke(capsys, *eval_args(data, out, *urls)).returncode == 0
+    first = (out / "results.jsonl").read_bytes().splitlines()[0]
+    (out / "results.jsonl").write_bytes(first + b"\n")
+    pinned = json.loads((out / "eval.json").read_text())
+    edit_pin(pinned)
+    (out / "eval.json").write_text(json.dumps(pinned))
+    return first
+
+
+def test_force_reuse_adopts_results_of_other_models(sims, data, tmp_path, capsys, caplog):
+    out = tmp_path / "out"
+    urls = sims.draft.url, sims.target.url, sims.judge.url
+    first = earlier_run(data, out, urls, capsys, lambda pin: pin["models"].update(target="Qwen/Other-32B"))
+    one_line_error(invoke(capsys, *eval_args(data, out, *urls)), "or give --force-reuse")
+    with caplog.at_level(logging.WARNING):
+        forced = invoke(capsys, *eval_args(data, out, *urls), "--force-reuse")
+    assert forced.returncode == 0, forced.stderr
+    assert any("target: Qwen/Other-32B then, lookahead-sim-target now" in r.getMessage() and "--force-reuse" in
+               r.getMessage() for r in caplog.records)
+    assert json.loads((out / "eval.json").read_text())["models"] == SIM_MODELS
+    lines = (out / "results.jsonl").read_bytes().splitlines()
+    assert lines[0] == first and len(lines) == 2  # the first result is kept, only the second ran
+
+
+def test_an_eval_json_that_names_no_models_is_refused_unless_forced(sims, data, tmp_path, capsys):
+    out = tmp_path / "out"
+    urls = sims.draft.url, sims.target.url, sims.judge.url
+    first = earlier_run(data, out, urls, capsys, lambda pin: pin.pop("models"))  # a header from before models were pinned
+    header = (out / "eval.json").read_bytes()
+    refused = invoke(capsys, *eval_args(data, out, *urls))
+    one_line_error(refused, "eval.json names no models, so the models that made the results in")
+    assert "--force-reuse" in refused.stderr
+    assert (out / "eval.json").read_bytes() == header  # the new run's models are not taken
+    assert (out / "results.jsonl").read_bytes() == first + b"\n"
+    forced = invoke(capsys, *eval_args(data, out, *urls), "--force-reuse")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads((out / "eval.json").read_text())["models"] == SIM_MODELS
+    lines = (out / "results.jsonl").read_bytes().splitlines()
+    assert lines[0] == first and len(lines) == 2
+
+
 def test_results_without_their_eval_json_are_not_adopted(sims, data, tmp_path, capsys):
     out = tmp_path / "out"
     urls = sims.draft.url, sims.target.url, sims.judge.url
@@ -102,7 +145,13 @@ def test_results_without_their_eval_json_are_not_adopted(sims, data, tmp_path, c
     results = (out / "results.jsonl").read_bytes()
     refused = invoke(capsys, *eval_args(data, out, *urls))
     one_line_error(refused, "results.jsonl has results but no eval.json beside it")
+    assert "--force-reuse" in refused.stderr
     assert (out / "results.jsonl").read_bytes() == results and not (out / "eval.json").exists()
+    forced = invoke(capsys, *eval_args(data, out, *urls), "--force-reuse")  # adopted: nothing left to run
+    assert forced.returncode == 0, forced.stderr
+    assert (out / "results.jsonl").read_bytes() == results
+    assert json.loads((out / "eval.json").read_text())["models"] == SIM_MODELS
+    (out / "eval.json").unlink()
     (out / "results.jsonl").write_text("\n")  # a file with no results in it pins nothing: the run starts afresh
     started = invoke(capsys, *eval_args(data, out, *urls))
     assert started.returncode == 0, started.stderr
@@ -122,6 +171,11 @@ def test_sweep_pins_the_models_too(sims, data, tmp_path, capsys):
         refused = invoke(capsys, *args, "--draft-url", other.url, "--target-url", sims.target.url,
                          "--judge-url", sims.judge.url)
     one_line_error(refused, "draft: lookahead-sim-draft then, a/new-draft now")
+    with model_info_server("a/new-draft") as other:
+        forced = invoke(capsys, *args, "--draft-url", other.url, "--target-url", sims.target.url,
+                        "--judge-url", sims.judge.url, "--force-reuse")
+    assert forced.returncode == 0, forced.stderr  # the one cell's result is there: nothing runs on the new draft
+    assert json.loads((out / "eval.json").read_text())["models"] == {**SIM_MODELS, "draft": "a/new-draft"}
 
 
 def test_a_server_that_does_not_answer_is_a_one_line_error(sims, data, tmp_path, capsys):
@@ -147,7 +201,10 @@ def test_the_models_pin_role_by_role(tmp_path):
     path = tmp_path / "eval.json"
     settings = {"dataset": "gsm8k", "methods": ["ar"]}
     pin_settings(path, {**settings})  # a pin from before models were pinned
-    pin_settings(path, {**settings, "models": SIM_MODELS})  # takes the models it is given now
+    with pytest.raises(LookaheadError, match=r"eval.json names no models, .* or give --force-reuse"):
+        pin_settings(path, {**settings, "models": SIM_MODELS})  # does not silently take the models given now
+    assert "models" not in json.loads(path.read_text())
+    pin_settings(path, {**settings, "models": SIM_MODELS}, force_reuse=True)
     assert json.loads(path.read_text())["models"] == SIM_MODELS
     pin_settings(path, {**settings, "methods": ["lr"]})  # a caller that names no models keeps the pinned ones
     pinned = json.loads(path.read_text())
@@ -212,7 +269,8 @@ def test_a_torn_last_line_is_dropped_and_redone(tmp_path, caplog):
     assert path.read_bytes() == line("p0") + b"\n"
     store.append(record("p1"))
     assert path.read_bytes() == line("p0") + b"\n" + line("p1") + b"\n"
-    assert not caplog.records  # a crash's torn line is expected, not news
+    [warned] = [r.getMessage() for r in caplog.records]
+    assert warned.startswith(f"{path}:2: not an eval result (Invalid JSON") and "cut off, its result runs again" in warned
 
 
 def test_a_torn_last_line_cut_inside_a_character_is_dropped(tmp_path):
@@ -240,6 +298,61 @@ def test_a_bad_line_in_the_middle_is_skipped_with_a_warning_naming_file_and_line
     assert len(warned) == 1 and warned[0].startswith(f"{path}:2: ") and problem in warned[0], warned
     assert warned[0].endswith("skipped")
     assert path.read_bytes() == content  # the reader changes nothing before the last line
+
+
+def test_a_record_appended_after_a_torn_line_is_read(tmp_path, caplog):
+    path = tmp_path / "results.jsonl"
+    torn = line("p1")[:-40]  # a crash while writing p1; the resumed run appended p2 right after it
+    content = line("p0") + b"\n" + torn + line("p2") + b"\n" + line("p3") + b"\n"
+    path.write_bytes(content)
+    with caplog.at_level(logging.WARNING):
+        records = ResultStore(path).load()
+    assert set(records) == {("p0", "ar", 0), ("p2", "ar", 0), ("p3", "ar", 0)}
+    assert records[("p2", "ar", 0)] == record("p2")
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and warned[0].startswith(f"{path}:2: columns 1-{len(torn)}: not an eval result ("), warned
+    assert warned[0].endswith("skipped")
+    assert path.read_bytes() == content
+
+
+@pytest.mark.parametrize("pieces, kept", [
+    ([line("p1")[:-40], line("p1")[:30], line("p2")], {"p2"}),  # two crashes in a row
+    ([line("p1")[:-40], line("p2"), line("p3")], {"p2", "p3"}),  # a whole record with no newline after it
+    ([line("p2"), line("p1")[:-40], line("p3")], {"p2", "p3"}),
+    ([line("p2"), b"  ", line("p3")], {"p2", "p3"}),
+    ([record("p1", text="π").model_dump_json().encode()[:-4], line("p2")], {"p2"}),  # cut inside a character
+    ([line("p1").replace(b"some", b'{so\\"me')[:-4], line("p2")], {"p2"}),  # a brace, an escaped quote
+    ([record("p1").model_copy(update={"grade_detail": "{"}).model_dump_json().encode()[:-20], line("p2")],
+     {"p2"}),  # `{"` where a string ends: not where a record starts
+])
+def test_every_whole_record_on_a_damaged_line_is_read(tmp_path, pieces, kept):
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(line("p0") + b"\n" + b"".join(pieces) + b"\n")
+    assert set(ResultStore(path).load()) == {(pid, "ar", 0) for pid in {"p0", *kept}}
+
+
+def test_a_record_appended_after_a_torn_line_at_the_end_is_kept(tmp_path, caplog):
+    path = tmp_path / "results.jsonl"
+    torn = line("p1")[:-40]
+    path.write_bytes(line("p0") + b"\n" + torn + line("p2"))
+    store = ResultStore(path)
+    with caplog.at_level(logging.WARNING):
+        assert set(store.load()) == {("p0", "ar", 0), ("p2", "ar", 0)}
+    assert path.read_bytes().endswith(line("p2"))  # not cut off with the torn record before it
+    [warned] = [r.getMessage() for r in caplog.records]
+    assert warned.startswith(f"{path}:2: columns 1-{len(torn)}: ") and warned.endswith("skipped")
+    store.append(record("p3"))
+    assert set(store.load()) == {("p0", "ar", 0), ("p2", "ar", 0), ("p3", "ar", 0)}
+
+
+def test_a_torn_record_after_a_whole_one_at_the_end_is_cut_off(tmp_path, caplog):
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(line("p0") + b"\n" + line("p1") + line("p2")[:-40])
+    with caplog.at_level(logging.WARNING):
+        assert set(ResultStore(path).load()) == {("p0", "ar", 0), ("p1", "ar", 0)}
+    assert path.read_bytes() == line("p0") + b"\n" + line("p1")
+    [warned] = [r.getMessage() for r in caplog.records]
+    assert warned.startswith(f"{path}:2: columns {len(line('p1')) + 1}-") and warned.endswith("its result runs again")
 
 
 def test_a_file_without_a_single_result_is_refused(tmp_path):

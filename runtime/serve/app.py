@@ -9,6 +9,7 @@ import json
 import logging
 import time
 import uuid
+from contextlib import asynccontextmanager
 from typing import Literal
 
 from fastapi import FastAPI, Request
@@ -41,7 +42,18 @@ def build_app(connection: Connection, config: LookaheadConfig, settings: ServeSe
         check_reasoning_parser(settings.reasoning_parser)  # an unknown name stops start-up; the import happens now
     service = LookaheadService(connection, config, settings)
     readiness = Readiness(connection, settings.endpoints_file)
-    app = FastAPI(title="lookahead-reasoning")
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        # the pools' threads are the app's: a process that starts and stops apps (tests, `bench --load`)
+        # would otherwise keep every stopped app's idle threads
+        try:
+            yield
+        finally:
+            service.runner.close()
+            readiness.close()
+
+    app = FastAPI(title="lookahead-reasoning", lifespan=lifespan)
     app.state.service = service
     if settings.api_key:
         app.add_middleware(RequireKey, key=settings.api_key)

@@ -58,6 +58,10 @@ class Readiness:
         finally:
             self._pending = None
 
+    def close(self) -> None:
+        """End the pool's threads with the app; a check in flight ends within CHECK_TIMEOUT_S on its own."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
     def _restarting(self) -> list[str]:
         if self.endpoints_file is None:
             return []

@@ -132,6 +132,11 @@ class Runner:
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.slots.release))
         return Job(future, cancelled, deadline, self.request_timeout_s)
 
+    def close(self) -> None:
+        """End the pool's threads with the app. Work still running finishes on its thread (it stops at its
+        own deadline or cancellation); waiting for it here would hold up the event loop's shutdown."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
 
 def _busy() -> APIError:
     return APIError(429, "too many concurrent requests; try again later", "rate_limit_error")
