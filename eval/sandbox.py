@@ -7,8 +7,8 @@ it. nsjail would do the same job but is a larger C++ program with a protobuf con
 no wheel: it would have to be built or installed by hand on each machine.
 
 The parts: this module runs bwrap and reads what comes back; eval/sandbox_bwrap.py builds the
-command line and chooses the uid; eval/sandbox_inside.py is the file that runs inside (limits,
-filter, hook, program or grading harness); eval/sandbox_cgroup.py bounds memory where it can.
+command line and chooses the uid; eval/sandbox_inside.py runs inside (limits, filter, hook, program
+or grading harness); eval/sandbox_cgroup.py bounds memory and processes where it can.
 
 What the untrusted program gets:
 - new user, PID, network, mount, IPC, UTS and cgroup namespaces (`--unshare-all
@@ -25,7 +25,7 @@ What the untrusted program gets:
 - an empty environment (`--clearenv`; bwrap itself is started with an empty one too)
   with only PATH, HOME and TMPDIR set;
 - an unprivileged uid where it can: as root, bwrap runs as nobody when nobody can reach the
-  interpreter and bwrap, so RLIMIT_NPROC binds (eval/sandbox_bwrap.py says why not otherwise);
+  interpreter and bwrap, so RLIMIT_NPROC binds too (eval/sandbox_bwrap.py says why not otherwise);
 - resource limits set by the inside script before the program runs: CPU seconds, address
   space, PROCESSES processes and threads, FILE_BYTES per file, 64 open files, no core files.
   No preexec_fn in the grader, which runs threads;
@@ -34,14 +34,17 @@ What the untrusted program gets:
   memory included. In every case a seccomp filter refuses memfd_create, memfd_secret, shmget
   and msgget (memory that RLIMIT_AS stops counting once unmapped), so without a cgroup what
   lies outside the address-space limits is the scratch tmpfs, at most SCRATCH_BYTES;
+- at most PROCESSES processes and threads, whatever the uid, where the host allows a pids cgroup
+  (eval/sandbox_cgroup.py): RLIMIT_NPROC alone does not bind host root (eval/sandbox_bwrap.py);
 - no new processes: the same filter refuses fork, vfork and clone without CLONE_THREAD
   (clone3 answers ENOSYS, so that glibc falls back to clone; threads still start). It binds
   whatever the user: a fork bomb gets EPERM at its first fork, and the address-space limit
   is then the program's whole memory. HumanEval code never needs a process (the audit hook
   refuses them anyway). The filter is built and loaded with libseccomp's binding
-  (pyseccomp). Where it does not load, graded code can start up to PROCESSES processes,
-  each under the address-space limit: without a cgroup, at most PROCESSES x memory_mb in all;
-  `limits_warning()` says so in one line, which `eval` prints first;
+  (pyseccomp). Where it does not load, graded code can start processes, each under the
+  address-space limit: up to PROCESSES where a pids cgroup or RLIMIT_NPROC binds, and then without a
+  memory cgroup at most PROCESSES x memory_mb in all; `limits_warning()` says so in one line, which
+  `eval` prints first, and also where neither bounds the threads of a sandbox that runs as root;
 - a wall-clock limit, after which bwrap's process group is killed (and with it the
   namespace); always killed at the end as well;
 - stdout and stderr read in chunks through a selector; more than `OUTPUT_CAP` bytes in
@@ -93,7 +96,7 @@ from lookahead_reasoning.errors import LookaheadError, first_line
 
 SCRATCH_BYTES = 64 << 20  # the sandbox's tmpfs
 FILE_BYTES = 16 << 20  # RLIMIT_FSIZE
-PROCESSES = 32  # RLIMIT_NPROC (counts threads)
+PROCESSES = 32  # RLIMIT_NPROC and the run's pids.max (both count threads)
 HARNESS_MB = 256  # the grading harness's address space, beside the candidate's memory_mb
 AUDIT_HOOK = True  # the second layer inside the sandbox (tests turn it off to test the boundary alone)
 FORK_BAN = True  # the seccomp filter against new processes (tests turn it off to test bwrap alone)
@@ -162,22 +165,37 @@ def require_sandbox() -> None:
 
 def limits_warning() -> str | None:
     """One line for the start of `eval` where graded code could start processes (the filter does not load
-    here), saying what then bounds their memory. None otherwise."""
+    here), saying what bounds their number and memory, or where it runs as root with no pids cgroup, so
+    that nothing bounds its threads. None otherwise."""
     ok, _ = sandbox_available()
-    if not ok or _FORKS_REFUSED:  # no sandbox: grading refuses anyway (require_sandbox), with its own line
+    if not ok:  # no sandbox: grading refuses anyway (require_sandbox), with its own line
         return None
+    pids = sandbox_cgroup.available("pids")[0]
+    unbounded = not pids and sandbox_bwrap.runs_as_root()
+    if _FORKS_REFUSED:
+        return None if not unbounded else (
+            f"sandbox: RLIMIT_NPROC ({PROCESSES}) binds only non-root uids, and graded code runs as root here with "
+            "no pids cgroup: the seccomp filter refuses new processes, but not threads")
     if not FORK_BAN:
         why = "the fork filter is off"
     elif sandbox_inside.seccomp_binding() is None:
         why = "no libseccomp binding: pip install pyseccomp, and libseccomp.so.2 from the system"
     else:
         why = "the seccomp filter did not load"
-    if sandbox_cgroup.available()[0]:
-        memory = "a memory cgroup bounds them together"
+    if pids:
+        count = f"a pids cgroup holds them to {PROCESSES}"
+    elif unbounded:
+        count = (f"RLIMIT_NPROC ({PROCESSES}) binds only non-root uids, and they run as root here with no pids "
+                 "cgroup, so nothing bounds their number")
     else:
-        memory = (f"no memory cgroup here, so the memory limit holds per process, up to {PROCESSES} of them "
-                  "and that many times the limit in all")
-    return f"sandbox: graded code can start processes here ({why}): {memory}"
+        count = f"RLIMIT_NPROC holds them to {PROCESSES}"
+    if sandbox_cgroup.available("memory")[0]:
+        memory = "a memory cgroup bounds them together"
+    elif unbounded:
+        memory = "no memory cgroup here, so the memory limit holds per process only"
+    else:
+        memory = f"no memory cgroup here, so the memory limit holds per process, {PROCESSES} times it in all"
+    return f"sandbox: graded code can start processes here ({why}): {count}; {memory}"
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -214,16 +232,21 @@ def _child_pid(info: int, deadline: float) -> int | None:
 def _run_bwrap(bwrap: str, code: str, timeout_s: float, memory_mb: int, hook: bool,
                grading: dict | None = None, pass_fds: tuple[int, ...] = (), report_fd: int | None = None
                ) -> SandboxResult:
-    """bwrap, held at --block-fd until its processes are in the run's memory cgroup (where there is one),
-    then read to the end."""
+    """bwrap, held at --block-fd until its processes are in the run's memory and pids cgroups (where the host
+    allows them), then read to the end."""
     cgroup = None
     owned = list(pass_fds)  # what the sandbox holds once started: closed here, so the report pipe ends with it
     try:
-        if sandbox_cgroup.available()[0]:
+        limits = {}
+        if sandbox_cgroup.available("memory")[0]:
+            limits["memory"] = (memory_mb + HARNESS_MB) << 20
+        if sandbox_cgroup.available("pids")[0]:
+            limits["pids"] = PROCESSES  # bwrap's two processes among them
+        if limits:
             try:
-                cgroup = sandbox_cgroup.MemoryCgroup((memory_mb + HARNESS_MB) << 20)
+                cgroup = sandbox_cgroup.RunCgroup(limits)
             except OSError as error:
-                raise SandboxUnavailable(f"cannot make the sandbox's memory cgroup: {first_line(error)}") from error
+                raise SandboxUnavailable(f"cannot make the sandbox's cgroup: {first_line(error)}") from error
         program = _memfd("program.py", code.encode("utf-8", "surrogatepass"))
         owned.append(program)
         inside = os.open(INSIDE_FILE, os.O_RDONLY | os.O_CLOEXEC)

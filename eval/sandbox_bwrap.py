@@ -5,8 +5,9 @@ threads), because RLIMIT_NPROC does not bind a process whose real user is host r
 mapped onto root does not change that. nobody must reach the interpreter, its prefixes and bwrap by name:
 bwrap 0.11's `--ro-bind-fd` of a descriptor the grader opened answers "Can't find source path
 /proc/self/fd/N: Permission denied" when bwrap runs as nobody. Where nobody cannot reach them (a Python
-under a home directory of mode 0700), bwrap runs as root, and only the seccomp filter stops new processes;
-`run_as_reason()` says so for `limits_warning`.
+under a home directory of mode 0700), bwrap runs as root: the run's pids cgroup (eval/sandbox_cgroup.py)
+and the seccomp filter then bound its processes, and where neither does, `limits_warning` says so
+(`runs_as_root`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,11 @@ def run_as() -> int | None:
     bwrap = bwrap_binary()
     reachable = all(world_reachable(p) for p in [executable, *roots, *([bwrap] if bwrap else [])])
     return NOBODY if reachable else None
+
+
+def runs_as_root() -> bool:
+    """Whether the sandbox's processes run as host root, whom RLIMIT_NPROC does not bind."""
+    return os.geteuid() == 0 and run_as() is None
 
 
 @dataclass

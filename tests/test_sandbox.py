@@ -9,6 +9,7 @@ route against the sandbox's own scratch directory and must pass: the route works
 boundary is what stops it.
 """
 
+import errno
 import json
 import os
 import resource
@@ -618,7 +619,81 @@ def test_a_fork_bomb_gets_no_process_whoever_runs_the_grader(monkeypatch):
     for route in SPAWN_ROUTES:  # every route, even where it only touches the scratch directory
         result = graded(SPAWN_ROUTES[route].format(target=f"/tmp/control-{uuid.uuid4().hex[:8]}"))
         assert result.correct is False, (route, result.detail)
-    assert sandbox.limits_warning() is None
+    if sandbox_cgroup.available("pids")[0] or not sandbox_bwrap.runs_as_root():
+        assert sandbox.limits_warning() is None
+    else:  # threads still start, and as root nothing counts them
+        assert "binds only non-root uids" in sandbox.limits_warning()
+
+
+PROCESS_FLOOD = """
+import os, subprocess, time
+started, refused = 0, []
+for _ in range(100):
+    try:
+        if {route!r} == "subprocess":
+            subprocess.Popen(["sleep", "5"])
+        elif os.fork() == 0:
+            time.sleep(5)
+            os._exit(0)
+        started += 1
+    except OSError as error:
+        refused.append(error.errno)
+alive = sum(entry.isdigit() for entry in os.listdir("/proc"))  # every process of the sandbox's PID namespace
+print("uid", os.getuid(), "started", started, "alive", alive, "refused", len(refused), *sorted(set(refused)))
+"""
+
+
+@pytest.mark.parametrize("route", ["os.fork", "subprocess"])
+def test_the_process_limit_binds_a_sandbox_that_runs_as_root(route, monkeypatch):
+    """RLIMIT_NPROC does not bind host root, so with the fork filter off only the run's pids cgroup holds the
+    sandbox to the process limit, whatever the uid: the children beyond it get EAGAIN."""
+    ok, why = sandbox_cgroup.available("pids")
+    if not ok:
+        pytest.skip(f"no pids cgroup can be made here ({why}): the process limit then binds only non-root uids")
+    monkeypatch.setattr(sandbox_bwrap, "run_as", lambda: None)  # as root: bwrap runs as host root
+    monkeypatch.setattr(sandbox, "AUDIT_HOOK", False)
+    monkeypatch.setattr(sandbox, "FORK_BAN", False)
+    result = run_python(PROCESS_FLOOD.format(route=route), timeout_s=30)
+    assert result.passed, result.output
+    words = result.stdout.split()
+    uid, started, alive, refused = (int(words[words.index(name) + 1]) for name in ("uid", "started", "alive", "refused"))
+    if os.geteuid() == 0:
+        assert uid == 0  # bwrap maps its uid to itself: host root
+    assert 0 < started < alive <= sandbox.PROCESSES, result.output  # the filter is off: some did start
+    assert started + refused == 100 and words[-1] == str(errno.EAGAIN), result.output
+    parent, _ = sandbox_cgroup.own_cgroup("pids")
+    assert not list(parent.glob(f"{sandbox_cgroup.PREFIX}{os.getpid()}-*"))  # removed with the run
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_run_has_one_cgroup_directory_per_hierarchy(version, tmp_path, monkeypatch):
+    """A process is in one v2 cgroup, so both limits go on one directory there; v1 has a hierarchy per
+    controller, and bwrap's processes join each."""
+    parents = {c: tmp_path / (c if version == "v1" else "unified") for c in ("memory", "pids")}
+    for parent in parents.values():
+        parent.mkdir(exist_ok=True)
+    monkeypatch.setattr(sandbox_cgroup, "own_cgroup", lambda controller: (parents[controller], version))
+    cgroup = sandbox_cgroup.RunCgroup({"memory": 5 << 20, "pids": 7})
+    assert len(cgroup.paths) == (2 if version == "v1" else 1)
+    cgroup.add(1234)
+    memory = "memory.limit_in_bytes" if version == "v1" else "memory.max"
+    assert (cgroup.paths[0] / memory).read_text() == str(5 << 20)
+    assert (cgroup.paths[-1] / "pids.max").read_text() == "7"
+    assert all((path / "cgroup.procs").read_text() == "1234" for path in cgroup.paths)
+
+
+def test_without_a_pids_cgroup_a_root_sandbox_is_warned_about(monkeypatch):
+    monkeypatch.setitem(sandbox_cgroup._AVAILABLE, "pids", (False, "OSError: no pids cgroup"))
+    monkeypatch.setattr(sandbox_bwrap, "runs_as_root", lambda: True)
+    monkeypatch.setattr(sandbox, "_FORKS_REFUSED", True)
+    refused = sandbox.limits_warning()
+    assert refused and "\n" not in refused and "binds only non-root uids" in refused and "not threads" in refused
+    monkeypatch.setattr(sandbox, "_FORKS_REFUSED", False)
+    monkeypatch.setattr(sandbox, "FORK_BAN", False)
+    allowed = sandbox.limits_warning()
+    assert allowed and "\n" not in allowed and "binds only non-root uids" in allowed and "nothing bounds" in allowed
+    monkeypatch.setattr(sandbox_bwrap, "runs_as_root", lambda: False)  # RLIMIT_NPROC binds other uids
+    assert "RLIMIT_NPROC holds them to 32" in sandbox.limits_warning()
 
 
 def test_the_memory_limit_counts_the_whole_sandbox(monkeypatch):
@@ -663,7 +738,8 @@ def test_where_forks_cannot_be_refused_eval_says_so_first(monkeypatch, sim_serve
     monkeypatch.setattr(sandbox, "FORK_BAN", False)  # as where the filter does not load
     warning = sandbox.limits_warning()
     assert warning and "\n" not in warning and "can start processes" in warning
-    assert ("cgroup bounds them together" if sandbox_cgroup.available()[0] else "per process") in warning
+    assert ("cgroup bounds them together" if sandbox_cgroup.available("memory")[0] else "per process") in warning
+    assert "pids cgroup holds them" in warning if sandbox_cgroup.available("pids")[0] else "RLIMIT_NPROC" in warning
     monkeypatch.setattr(sandbox, "AUDIT_HOOK", False)
     result = run_python("import os\nif os.fork() == 0:\n    os._exit(0)\nos.wait()\nprint('forked')\n")
     assert result.stdout == "forked\n", result.output  # what the warning is about
@@ -740,7 +816,7 @@ print("held", sum(sizes) if lived == len(children) else sum(sorted(sizes)[:lived
 """
 
 
-@pytest.mark.skipif(not sandbox_cgroup.available()[0], reason="no memory cgroup can be made here: without the fork "
+@pytest.mark.skipif(not sandbox_cgroup.available("memory")[0], reason="no memory cgroup can be made here: without the fork "
                     "filter the bound is then PROCESSES x memory_mb, each process under its own RLIMIT_AS")
 def test_processes_share_one_memory_limit_without_the_fork_filter(monkeypatch):
     """Four children, each filling its own address-space limit, held four times it; the cgroup bounds their
