@@ -17,11 +17,11 @@ from lookahead_reasoning.runtime.config import DEFAULT_VERIFIER, LookaheadConfig
 from lookahead_reasoning.runtime.servers.endpoints import Endpoints, default_endpoints_path, load_endpoints
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.errors import validated
+from lookahead_reasoning.verifiers.registry import verifiers_help
 
 err = Console(stderr=True)
 
-VERIFIERS = ("llm-judge, exact, embedding, embedding-numbers, random, target-score; "
-             "llm-judge+numbers, embedding+numbers, target-score+numbers, random+numbers: behind the numbers gate")
+VERIFIERS = verifiers_help()  # every verifier name, from the registry
 
 EndpointsFile = Annotated[Optional[Path], typer.Option("--endpoints", help="endpoints file written by `lookahead launch`")]
 DraftUrl = Annotated[Optional[str], typer.Option("--draft-url", help="draft SGLang server URL")]

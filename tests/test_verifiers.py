@@ -1,6 +1,7 @@
 """Verifiers beyond the LLM judge, their metrics on a small labelled set, and calibration."""
 
 import json
+import re
 
 import pytest
 from cli_invoke import invoke, one_line_error
@@ -10,7 +11,14 @@ from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.verifiers.base import Verdict
 from lookahead_reasoning.verifiers.calibration import Calibration, load_calibration, save_calibration
 from lookahead_reasoning.verifiers.numbers import numbers_in, same_result
-from lookahead_reasoning.verifiers.registry import DEFAULT_THRESHOLDS, make_verifier, resolve_threshold
+from lookahead_reasoning.cli.options import VERIFIERS, make_config
+from lookahead_reasoning.runtime.config import LookaheadConfig
+from lookahead_reasoning.verifiers.math_gate import MathGate
+from lookahead_reasoning.verifiers.numbers import NumbersGate
+from lookahead_reasoning.verifiers.random_accept import RandomVerifier
+from lookahead_reasoning.verifiers.registry import (
+    DEFAULT_THRESHOLDS, GATE_METHODS, VERIFIER_NAMES, base_verifier, gates_of, make_verifier, resolve_threshold,
+)
 
 PAIRS = [
     ("First, 16 - 3 - 4 = 9 eggs are left.", "She has 16 eggs and uses 3 and 4, so 9 eggs remain.", True),
@@ -131,3 +139,41 @@ def test_verifiers_cli_evaluate_and_calibrate(tmp_path, monkeypatch, capsys):
                    "no score to calibrate")
     one_line_error(invoke(capsys, "verifiers", "evaluate", "--pairs", str(pairs), "--verifier", "nope"),
                    "unknown verifier 'nope'")
+
+
+def test_one_registry_names_the_verifiers_for_the_config_and_the_cli():
+    assert {"llm-judge+math", "llm-judge+numbers+math", "random+numbers+math"} <= set(VERIFIER_NAMES)
+    for name in VERIFIER_NAMES:
+        assert LookaheadConfig(verifier=name).verifier == name
+        assert name in VERIFIERS  # every --verifier option's help
+        assert DEFAULT_THRESHOLDS[name] == DEFAULT_THRESHOLDS[base_verifier(name)]
+        assert base_verifier(name) + "".join("+" + gate for gate in gates_of(name)) == name
+    assert GATE_METHODS == ("numbers", "math")
+    for unknown in ("oracle", "llm-judge+math+numbers", "exact+math"):
+        with pytest.raises(LookaheadError, match="llm-judge\\+numbers\\+math"):  # the error lists the known names
+            make_config(verifier=unknown)
+        with pytest.raises(ValueError, match=re.escape(f"unknown verifier '{unknown}'; known: exact, llm-judge")):
+            make_verifier(unknown)
+
+
+def test_an_unknown_verifier_is_one_line_that_lists_the_known_ones(capsys):
+    failed = invoke(capsys, "run", "What is 2 + 2?", "--verifier", "llm-judge+maths",
+                    "--draft-url", "http://127.0.0.1:9", "--target-url", "http://127.0.0.1:9")
+    one_line_error(failed, "invalid verifier")
+    assert all(name in failed.stderr for name in VERIFIER_NAMES)
+
+
+def test_gates_stand_in_front_of_their_verifier_in_the_order_named():
+    both = make_verifier("random+numbers+math", 1.0)  # random at 1.0 accepts whatever the gates let through
+    assert isinstance(both, MathGate) and isinstance(both.inner, NumbersGate)
+    assert isinstance(both.inner.inner, RandomVerifier) and both.name == "random+numbers+math"
+    context = "The points are (2, -6) and (-4, 3)."
+    pairs = [("\\( d = \\sqrt{(-4 - 2)^2 + 81} \\)\n\n", "\\( d = \\sqrt{(-6 - 2)^2 + 81} \\)\n\n"),  # d differs
+             ("16 - 3 - 4 = 9 eggs.\n\n", "16 - 3 - 4 = 7 eggs.\n\n"),  # a new number, and another result
+             ("So x = 2 + 3.\n\n", "So x = 5.\n\n")]  # the same (5 is in the context)
+    verdicts = both.verify(context + " 5", pairs)
+    assert [(v.accept, v.method) for v in verdicts] == [(False, "math"), (False, "math"), (True, "random")]
+    numbers_only = make_verifier("random+numbers", 1.0).verify(context + " 5", pairs)
+    assert [(v.accept, v.method) for v in numbers_only] == [(True, "random"), (False, "numbers"), (True, "random")]
+    math_only = make_verifier("random+math", 1.0)
+    assert isinstance(math_only, MathGate) and isinstance(math_only.inner, RandomVerifier)

@@ -7,7 +7,7 @@ import importlib
 
 _API = {
     "ExactMatchVerifier": "base", "FastPathVerifier": "base", "Verdict": "base", "Verifier": "base",
-    "normalize_step": "base", "LLMJudgeVerifier": "llm_judge", "NumbersGate": "numbers",
+    "normalize_step": "base", "LLMJudgeVerifier": "llm_judge", "NumbersGate": "numbers", "MathGate": "math_gate",
 }
 
 __all__ = sorted(_API)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from itertools import combinations
+
 from lookahead_reasoning.verifiers.base import ExactMatchVerifier, FastPathVerifier, Verifier
 from lookahead_reasoning.verifiers.calibration import load_calibration
-from lookahead_reasoning.verifiers.llm_judge import LLMJudgeVerifier
+from lookahead_reasoning.verifiers.math_gate import MATH_METHOD, MathGate
 from lookahead_reasoning.verifiers.numbers import GATE_METHOD, NumbersGate
 
 # Scores lie in [0, 1]; a pair is accepted when its score >= the threshold (random: with that probability).
@@ -16,18 +18,41 @@ DEFAULT_THRESHOLDS = {
     "random": 0.5,  # acceptance probability
     "target-score": 7 / 9,  # "7 or more" on the 0-9 scale
 }
-# NAME+numbers: NAME behind the numbers gate (verifiers/numbers.py), at NAME's default threshold.
-# Not for exact (equal steps state equal numbers) nor embedding-numbers (it compares numbers itself).
-GATE_SUFFIX = "+" + GATE_METHOD
+# Gates, named after NAME in this order: NAME+numbers, NAME+math, NAME+numbers+math, at NAME's default
+# threshold. A gate rejects some pairs before NAME is asked and leaves NAME the rest: the numbers gate
+# (verifiers/numbers.py) a draft step that states a number nobody wrote before, the math gate
+# (verifiers/math_gate.py) one whose equations or result disagree with the target's step.
+# Not for exact (equal steps state equal mathematics) nor embedding-numbers (it compares numbers itself).
+GATES = {GATE_METHOD: NumbersGate, MATH_METHOD: MathGate}
+GATE_METHODS = tuple(GATES)  # the Verdict.method of a pair a gate rejected: no model was asked
 GATED = ("llm-judge", "embedding", "target-score", "random")
-DEFAULT_THRESHOLDS.update({name + GATE_SUFFIX: DEFAULT_THRESHOLDS[name] for name in GATED})
-VERIFIER_NAMES = tuple(DEFAULT_THRESHOLDS)
+GATE_SUFFIXES = tuple("".join("+" + gate for gate in chosen)
+                      for size in range(1, len(GATES) + 1) for chosen in combinations(GATES, size))
+DEFAULT_THRESHOLDS.update({name + gates: DEFAULT_THRESHOLDS[name] for name in GATED for gates in GATE_SUFFIXES})
+VERIFIER_NAMES = tuple(DEFAULT_THRESHOLDS)  # what the config accepts and the CLI lists
 UNSCORED = ("exact", "random")  # fixed behaviour: no score to put a threshold on
 
 
 def base_verifier(name: str) -> str:
-    """The verifier behind the numbers gate, or `name` itself."""
-    return name.removesuffix(GATE_SUFFIX)
+    """The verifier behind the gates, or `name` itself."""
+    return name.partition("+")[0]
+
+
+def gates_of(name: str) -> tuple[str, ...]:
+    """The gates `name` puts in front of its verifier, in the order it names them."""
+    return tuple(name.split("+")[1:])
+
+
+def unknown_verifier(name: str) -> str:
+    return f"unknown verifier {name!r}; known: {', '.join(VERIFIER_NAMES)}"
+
+
+def verifiers_help() -> str:
+    """The verifier names, for the help of every --verifier option."""
+    plain = [name for name in VERIFIER_NAMES if not gates_of(name)]
+    gated = [name for name in VERIFIER_NAMES if gates_of(name)]
+    return (f"{', '.join(plain)}; {', '.join(gated)}: behind the numbers gate (a new number rejects), "
+            "the math gate (equations or a result that disagree reject) or both")
 
 
 def has_score(name: str) -> bool:
@@ -79,14 +104,15 @@ def make_verifier(
     seed: int | None = 0,
     fast_path: bool = True,
 ) -> Verifier:
-    """The named verifier; with `fast_path`, steps equal after normalization skip it (and the gate)."""
+    """The named verifier behind its gates (the last named is asked first); with `fast_path`, steps equal
+    after normalization skip it (and the gates)."""
     if name not in DEFAULT_THRESHOLDS:
-        raise ValueError(f"unknown verifier {name!r}; known: {', '.join(VERIFIER_NAMES)}")
+        raise ValueError(unknown_verifier(name))
     value = resolve_threshold(name, threshold, verifier_model(name, judge_backend, target_backend, embedding_model))
     base = base_verifier(name)
     verifier = _base_verifier(base, value, judge_backend, target_backend, embedding_model, seed)
-    if base != name:
-        verifier = NumbersGate(verifier)
+    for gate in gates_of(name):
+        verifier = GATES[gate](verifier)
     if base in UNSCORED:  # exact needs no fast path; random accepts at random, full stop
         return verifier
     return FastPathVerifier(verifier) if fast_path else verifier
@@ -96,6 +122,8 @@ def _base_verifier(name: str, value: float, judge_backend, target_backend, embed
     if name == "exact":
         return ExactMatchVerifier()
     if name == "llm-judge":
+        from lookahead_reasoning.verifiers.llm_judge import LLMJudgeVerifier  # imports SGLang
+
         return LLMJudgeVerifier(judge_backend, value)
     if name == "target-score":
         from lookahead_reasoning.verifiers.target_score import TargetScoreVerifier

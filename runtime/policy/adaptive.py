@@ -25,7 +25,7 @@ from lookahead_reasoning.runtime.policy.stretches import ar_step, stretch
 from lookahead_reasoning.runtime.policy.target_load import TargetLoad
 from lookahead_reasoning.runtime.results import RoundRecord
 from lookahead_reasoning.verifiers.base import ExactMatchVerifier
-from lookahead_reasoning.verifiers.numbers import GATE_METHOD
+from lookahead_reasoning.verifiers.registry import GATE_METHODS
 
 
 class AdaptiveDepth:
@@ -170,17 +170,17 @@ class AdaptiveDepth:
 
     def _observe_verifier(self, record: RoundRecord, answers: float) -> None:
         """Time the verifier by the pairs a model answered: pairs the exact-match fast path accepted and pairs
-        the numbers gate rejected cost nothing and say nothing of a judged pair, so a round that judged none is
+        a gate rejected cost nothing and say nothing of a judged pair, so a round that judged none is
         left out. Where the verifier is exact match alone, its rejections are "exact" too: that verifier is
         free, and such a round says so."""
         judged, exact = record.judged, ExactMatchVerifier.name
 
         def free(verdict) -> bool:
-            return (verdict.method == exact and verdict.accept) or verdict.method == GATE_METHOD
+            return (verdict.method == exact and verdict.accept) or verdict.method in GATE_METHODS
 
         if all(free(verdict) for verdict in judged):
             return
-        answered = sum(verdict.method not in (exact, GATE_METHOD) for verdict in judged)
+        answered = sum(verdict.method not in (exact, *GATE_METHODS) for verdict in judged)
         if self.mode == "async" and self.width == 1:  # one pair at a time: verify_s is the mean over the pairs
             self.costs.observe_verifier(1, record.verify_s * len(judged) / max(1, answered), answers)
         else:  # one fork of the pairs the fast path and the gate left
