@@ -6,10 +6,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lookahead_reasoning.runtime.cost_model import CostEstimate
-from lookahead_reasoning.runtime.depth import DepthPolicy
+from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate
+from lookahead_reasoning.runtime.adaptive.depth import DepthPolicy
 from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord
-from lookahead_reasoning.runtime.theory import best_depth, engine_speedup
+from lookahead_reasoning.runtime.adaptive.theory import best_depth, engine_speedup
 
 
 def _short(text: str, width: int = 90) -> str:

@@ -6,13 +6,13 @@ their own processes. AR is measured once per (α, c) on the same servers and the
 problems. Reported per point:
 
 - measured_speedup = AR wall time / method wall time (summed over the problems);
-- theory_speedup = runtime.theory at the configured c, the latency model's judge cost j,
+- theory_speedup = runtime.adaptive.theory at the configured c, the latency model's judge cost j,
   and the α the run realized (accepted / decided draft positions; for W > 1 that is
   the per-position acceptance of the tree, the theory's effective α). Using the
   realized α keeps the ratio about the runtime, not about the luck of a few judge draws;
 - ratio = measured / theory;
 - finite_theory_speedup: the same theory for a problem of exactly `LatencyModel.steps` steps
-  (runtime.theory.finite_speedup, same α, c, j and W). The endless formulas assume every round can
+  (runtime.adaptive.theory.finite_speedup, same α, c, j and W). The endless formulas assume every round can
   keep as many steps as γ allows; the last rounds of a 12-step problem cannot (the draft stops at
   EOS, and there is no bonus step after it), so the endless theory overstates what such a problem can
   gain (on the quick grid by up to 14 %: 3 % at γ = 1, more at larger γ and α). Adaptive points take
@@ -20,7 +20,7 @@ problems. Reported per point:
 - finite_ratio = measured / finite_theory_speedup: what is left of the gap once the problems' length
   is accounted for (per-request latency, client-side work, the luck of a few problems' verdicts);
 - pattern_theory_speedup: the same cost model replayed on the verdicts the runs drew
-  (runtime.theory.pattern_time; `drawn_verdicts` reads them from the round log: per step, accepted,
+  (runtime.adaptive.theory.pattern_time; `drawn_verdicts` reads them from the round log: per step, accepted,
   rejected, or a bonus step nobody judged, and for trees whether the walk took the first candidate, which
   decides whether the async engine's next window is used). The simulated judge draws one verdict per (problem, step) for
   a chain, shared by every γ at the same α, so with a few problems the expected theory sits several %
@@ -44,9 +44,9 @@ from typing import Callable, Literal, Union
 from pydantic import BaseModel, model_validator
 
 from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
-from lookahead_reasoning.runtime import theory
+from lookahead_reasoning.runtime.adaptive import theory
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.depth import depth_limit
+from lookahead_reasoning.runtime.adaptive.depth import depth_limit
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.runtime.results import LookaheadResult
 

@@ -1,7 +1,7 @@
 """The ceiling of each round rule on recorded answers: `lookahead bench --replay`.
 
 Recorded AR answers (an eval results.jsonl) give real step lengths; a server probe (`lookahead servers
-probe --json`) gives the costs; runtime/round_rules.py walks each answer through each rule's timeline.
+probe --json`) gives the costs; runtime/adaptive/round_rules.py walks each answer through each rule's timeline.
 It is a ceiling, not a forecast: the engine's efficiency on real servers is its measured speedup over this
 figure at the measured α (`examples/side_by_side.py --probe`, `lookahead run --baseline --probe`).
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.programs.step_types import StepOutput, split_steps
-from lookahead_reasoning.runtime.round_rules import RULES, RuleCosts, rule_of, speedup
+from lookahead_reasoning.runtime.adaptive.round_rules import RULES, RuleCosts, rule_of, speedup
 
 __all__ = ["RULES", "RULE_TITLES", "Ceiling", "ceiling_of", "ceilings", "costs_from_probe", "load_answers",
            "load_costs", "rule_of", "step_lengths"]

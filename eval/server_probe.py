@@ -1,7 +1,7 @@
 """Measuring the servers directly: the ground truth for the costs the adaptive policy learns.
 
 `lookahead servers probe` times plain requests of known shape against the draft, target and
-judge servers, and reports what the cost model (runtime/cost_model.py) estimates from the
+judge servers, and reports what the cost model (runtime/adaptive/cost_model.py) estimates from the
 rounds of a run. Every request is greedy with `ignore_eos`, so it writes exactly the tokens
 asked; every figure is the median over `repeats` measurements; the figures are measured one
 after another, never two at once, so no measurement shares a server with another.

@@ -41,7 +41,7 @@ from lookahead_reasoning.runtime.acceptance import AcceptanceWalk, step_tokens
 from lookahead_reasoning.runtime.answer_state import AnswerState, RoundWork, server_s
 from lookahead_reasoning.runtime.branches import start_branch, supports_streaming
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.depth import DepthPolicy, RoundPlan, make_depth_policy
+from lookahead_reasoning.runtime.adaptive.depth import DepthPolicy, RoundPlan, make_depth_policy
 from lookahead_reasoning.runtime.pipeline import run_chain_round
 from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, StepRecord
 from lookahead_reasoning.runtime.round_spans import batched_spans, pipeline_spans, streamed_spans
@@ -252,7 +252,7 @@ class Engine:
         return policy.next_round(None if self.deadline is None else self.deadline - time.monotonic(), first=not state.log)
 
     def _ar_stretch(self, state: AnswerState, tokens: int, started: float) -> RoundRecord:
-        """An AR round that writes several steps in one request, as the target alone would (policy/stretches.py)."""
+        """An AR round that writes several steps in one request, as the target alone would (adaptive/stretches.py)."""
         t1 = time.perf_counter()
         tokens = min(tokens, self.config.max_tokens - state.metrics.output_tokens)
         try:

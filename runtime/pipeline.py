@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.runtime.acceptance import AcceptanceWalk
 from lookahead_reasoning.runtime.branches import Branch, new_branch, supports_streaming
-from lookahead_reasoning.runtime.depth import TargetLoad
+from lookahead_reasoning.runtime.adaptive.depth import TargetLoad
 from lookahead_reasoning.errors import target_failed
 from lookahead_reasoning.runtime.results import JudgedDraft
 

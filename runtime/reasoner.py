@@ -7,9 +7,9 @@ from typing import Callable
 from lookahead_reasoning.runtime.baseline import run_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.servers.connection import Connection
-from lookahead_reasoning.runtime.cost_model import load_costs, save_costs
+from lookahead_reasoning.runtime.adaptive.cost_model import load_costs, save_costs
 from lookahead_reasoning.runtime.servers.endpoints import ROLES, Endpoints
-from lookahead_reasoning.runtime.depth import make_depth_policy
+from lookahead_reasoning.runtime.adaptive.depth import make_depth_policy
 from lookahead_reasoning.runtime.engine import Engine, make_engine
 from lookahead_reasoning.errors import target_failed
 from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from lookahead_reasoning.runtime.cost_model import CostEstimate
+from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate
 
 
 class StepRecord(BaseModel):
@@ -53,10 +53,10 @@ class RoundRecord(BaseModel):
     verify_s: float  # the verifier's time
     wall_s: float
     branches: int = 0  # target requests of the round (the fork's width)
-    probe_tokens: int = 0  # tokens of a fork probe's short extra branch beside an AR round's step (policy/probes.py)
-    # a drafted step whose target wrote only its own step: it priced the draft and verifier (policy/planner.py)
+    probe_tokens: int = 0  # tokens of a fork probe's short extra branch beside an AR round's step (adaptive/probes.py)
+    # a drafted step whose target wrote only its own step: it priced the draft and verifier (adaptive/planner.py)
     measuring: bool = False
-    target_steps: int = 1  # steps the longest target request wrote (an AR stretch writes several, policy/stretches.py)
+    target_steps: int = 1  # steps the longest target request wrote (an AR stretch writes several, adaptive/stretches.py)
     width: int = 1  # draft candidates per position (W)
     target_tokens: int = 0  # completion tokens of the round's longest target branch
     target_tokens_all: int = 0  # completion tokens of all its target branches (a fork probe's included)
@@ -71,7 +71,7 @@ class RoundRecord(BaseModel):
     spans: list[TraceSpan] = []  # the round's requests on the answer's timeline (trace.py draws them)
     decided_s: float | None = None  # when the round's outcome was known, seconds since the answer started
     # roles whose requests failed or timed out in this round ("draft", "verifier"): its times and verdicts
-    # measure the fault, not drafting, and the adaptive policy leaves them out (policy/faults.py)
+    # measure the fault, not drafting, and the adaptive policy leaves them out (adaptive/faults.py)
     faults: list[str] = []
 
 

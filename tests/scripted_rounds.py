@@ -6,11 +6,11 @@ import threading
 import time
 from contextlib import contextmanager
 
-from lookahead_reasoning.runtime.cost_model import CostModel
-from lookahead_reasoning.runtime.depth import AdaptiveDepth
-from lookahead_reasoning.runtime.policy.rates import MeasuredRates
+from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
+from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth
+from lookahead_reasoning.runtime.adaptive.rates import MeasuredRates
 from lookahead_reasoning.runtime.results import JudgedDraft, RoundRecord, StepRecord
-from lookahead_reasoning.runtime.theory import tree_branches
+from lookahead_reasoning.runtime.adaptive.theory import tree_branches
 
 TOKENS = 20  # tokens per step
 T = 0.05  # seconds per target token alone

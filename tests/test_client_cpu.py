@@ -5,8 +5,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from lookahead_reasoning.runtime.client_cpu import MIN_SPAN_S, WINDOW_S, ClientCpu
-from lookahead_reasoning.runtime.policy.governor import CLIENT_CORES_TO_NARROW, CLIENT_CORES_TO_WIDEN
+from lookahead_reasoning.runtime.adaptive.client_cpu import MIN_SPAN_S, WINDOW_S, ClientCpu
+from lookahead_reasoning.runtime.adaptive.governor import CLIENT_CORES_TO_NARROW, CLIENT_CORES_TO_WIDEN
 from scripted_rounds import T, answers_in_threads, shared_policy, timed
 
 
@@ -144,7 +144,7 @@ def test_rounds_begun_before_the_slots_changed_do_not_change_them_again():
 
 def test_policies_from_a_config_watch_the_client_and_scripted_ones_do_not():
     from lookahead_reasoning.runtime.config import LookaheadConfig
-    from lookahead_reasoning.runtime.depth import AdaptiveDepth, make_depth_policy
+    from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth, make_depth_policy
 
     policy = make_depth_policy(LookaheadConfig(adaptive_depth=True), "sync")
     assert isinstance(policy.governor.client_cpu, ClientCpu)

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from lookahead_reasoning.runtime.cost_model import MAX_SLOPE, CostModel
+from lookahead_reasoning.runtime.adaptive.cost_model import MAX_SLOPE, CostModel
 
 
 def test_estimates_from_scripted_timings():
@@ -292,7 +292,7 @@ def test_no_data_means_no_change_and_missing_figures_are_harmless():
 
 
 def test_costs_are_saved_per_server_set_and_a_bad_file_starts_afresh(tmp_path):
-    from lookahead_reasoning.runtime.cost_model import load_costs, save_costs
+    from lookahead_reasoning.runtime.adaptive.cost_model import load_costs, save_costs
 
     path = tmp_path / "costs.json"
     model = CostModel()

@@ -422,8 +422,8 @@ def test_adaptive_first_rounds_time_the_target_alone_then_a_fork_probe():
 def test_while_ar_wins_the_engine_writes_several_steps_per_request(engine_class):
     """Branches cost linear time (B(n) = n): AR rounds write up to AR_STRETCH_STEPS steps in one request,
     cut back into the target's steps; a fork probe comes between stretches."""
-    from lookahead_reasoning.runtime.cost_model import CostModel
-    from lookahead_reasoning.runtime.depth import AdaptiveDepth
+    from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
+    from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth
 
     steps = [" ".join(f"w{i}x{k}" for k in range(16)) for i in range(20)]
     costs = CostModel()
@@ -448,8 +448,8 @@ def test_an_ar_stretch_stops_at_the_deadline():
     import time
 
     from lookahead_reasoning.errors import TimeLimitExceeded
-    from lookahead_reasoning.runtime.cost_model import CostModel
-    from lookahead_reasoning.runtime.depth import AdaptiveDepth
+    from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
+    from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth
 
     steps = [" ".join(f"w{i}x{k}" for k in range(16)) for i in range(20)]
     costs = CostModel()

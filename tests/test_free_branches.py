@@ -8,9 +8,9 @@ import pytest
 
 from lookahead_reasoning.eval.simserver import SimConfig
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.cost_model import CostModel
+from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
-from lookahead_reasoning.runtime.theory import engine_speedup
+from lookahead_reasoning.runtime.adaptive.theory import engine_speedup
 
 OVERHEAD_S, PER_TOKEN_S = 0.45, 0.22  # a bf16 CPU server: a request's fixed cost, and its time per token
 
@@ -115,7 +115,7 @@ def test_a_fork_is_priced_by_its_longest_branch_where_steps_vary_in_length():
 def test_the_first_fork_probe_measures_free_branches_where_steps_vary_in_length():
     """The probe's extra branch is the step once more: beside a 68-token step after a 27-token lone step, a
     quarter-step branch (7 tokens) is too slight a load to fit the slope from, and the model stays linear."""
-    from lookahead_reasoning.runtime.policy.probes import probe_tokens
+    from lookahead_reasoning.runtime.adaptive.probes import probe_tokens
 
     def after_probe(extra_tokens: int) -> float:
         rng = random.Random(3)

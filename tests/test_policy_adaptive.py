@@ -1,10 +1,10 @@
-"""The adaptive policy put together (runtime/policy/adaptive.py): what it reports to the cost model, the load it tracks."""
+"""The adaptive policy put together (runtime/adaptive/adaptive.py): what it reports to the cost model, the load it tracks."""
 
 import pytest
 
-from lookahead_reasoning.runtime.depth import AdaptiveDepth
+from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth
 from lookahead_reasoning.runtime.results import JudgedDraft
-from lookahead_reasoning.runtime.theory import free_branches
+from lookahead_reasoning.runtime.adaptive.theory import free_branches
 from scripted_rounds import TOKENS, T, learn, round_record
 
 
@@ -61,7 +61,7 @@ def test_policy_backs_off_when_load_rises_and_drafts_again_when_it_falls():
 def test_target_load_is_the_other_requests_in_flight_on_average():
     import time
 
-    from lookahead_reasoning.runtime.depth import TargetLoad
+    from lookahead_reasoning.runtime.adaptive.depth import TargetLoad
 
     load = TargetLoad()
     mark = load.started(2)  # our fork of two branches

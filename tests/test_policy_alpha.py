@@ -1,11 +1,11 @@
-"""α̂ per width (runtime/policy/alpha.py): a long memory that restarts on a change, shared by concurrent answers."""
+"""α̂ per width (runtime/adaptive/alpha.py): a long memory that restarts on a change, shared by concurrent answers."""
 
 import random
 import statistics
 
 import pytest
 
-from lookahead_reasoning.runtime.depth import AcceptanceTally, AdaptiveDepth
+from lookahead_reasoning.runtime.adaptive.depth import AcceptanceTally, AdaptiveDepth
 from scripted_rounds import round_record
 
 

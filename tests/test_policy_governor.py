@@ -1,9 +1,9 @@
-"""The drafting slots (runtime/policy/governor.py): how many concurrent answers may draft at once."""
+"""The drafting slots (runtime/adaptive/governor.py): how many concurrent answers may draft at once."""
 
 import time
 
-from lookahead_reasoning.runtime.depth import RoundPlan
-from lookahead_reasoning.runtime.policy.governor import DraftSlots
+from lookahead_reasoning.runtime.adaptive.depth import RoundPlan
+from lookahead_reasoning.runtime.adaptive.governor import DraftSlots
 from scripted_rounds import T, answers_in_threads, shared_policy, timed
 
 

@@ -1,10 +1,10 @@
-"""The planner (runtime/policy/planner.py): which γ and W the costs and α̂ call for, AR included."""
+"""The planner (runtime/adaptive/planner.py): which γ and W the costs and α̂ call for, AR included."""
 
 import pytest
 
-from lookahead_reasoning.runtime.depth import AdaptiveDepth
-from lookahead_reasoning.runtime.policy.probes import PROBE_BUDGET, PROBE_SHARE
-from lookahead_reasoning.runtime.policy.stretches import AR_STRETCH_STEPS, stretch
+from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth
+from lookahead_reasoning.runtime.adaptive.probes import PROBE_BUDGET, PROBE_SHARE
+from lookahead_reasoning.runtime.adaptive.stretches import AR_STRETCH_STEPS, stretch
 from scripted_rounds import TOKENS, T, fitted_costs, learn, round_record
 
 
@@ -159,8 +159,8 @@ def test_the_planner_plans_from_the_estimates_it_is_given():
     AR; before the slope is known, AR (which a fork probe joins), or the initial γ for the async chain pipeline,
     which cannot fork; with free branches, a cheap draft and α = 0.9, deep; measured rates that say drafting
     rounds gain under 3 % overrule that, and the async chain's cold-start drafting too: AR."""
-    from lookahead_reasoning.runtime.cost_model import CostModel
-    from lookahead_reasoning.runtime.policy.planner import Estimates, Plan, Planner
+    from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
+    from lookahead_reasoning.runtime.adaptive.planner import Estimates, Plan, Planner
 
     def estimates(costs, gain=None):
         return Estimates(costs, answers=1, alpha_at=lambda width, optimistic=False: 0.9, ar_step=1.0, gain=gain)
@@ -180,7 +180,7 @@ def test_the_planner_plans_from_the_estimates_it_is_given():
 
 
 def test_trees_are_capped_where_their_leaves_would_pass_the_node_budget():
-    from lookahead_reasoning.runtime.policy.planner import TREE_NODE_BUDGET, depth_limit
+    from lookahead_reasoning.runtime.adaptive.planner import TREE_NODE_BUDGET, depth_limit
 
     assert TREE_NODE_BUDGET == 16
     assert depth_limit(8, 1) == 8 and depth_limit(8, 2) == 4 and depth_limit(8, 4) == 2 and depth_limit(3, 2) == 3
@@ -189,7 +189,7 @@ def test_trees_are_capped_where_their_leaves_would_pass_the_node_budget():
 def test_the_demo_names_the_draft_as_the_reason_where_branches_are_free_but_ar_wins(capsys):
     from rich.console import Console
 
-    from lookahead_reasoning.runtime.cost_model import CostEstimate
+    from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate
     from lookahead_reasoning.cli.display import print_cost_story
     from lookahead_reasoning.runtime.results import LookaheadResult, RunStats
 
@@ -205,8 +205,8 @@ def test_the_demo_names_the_draft_as_the_reason_where_branches_are_free_but_ar_w
 def test_streamed_rounds_are_priced_by_a_replay_of_the_runs_own_step_lengths():
     """Rule 4 for rounds that end at their decision: once REPLAY_STEPS lengths are known, a round of γ is priced
     by the replay of those lengths (round_rules.py), not by the equal-step theory; before that, by the theory."""
-    from lookahead_reasoning.runtime.policy.planner import REPLAY_DRAWS, REPLAY_STEPS, Estimates, Planner
-    from lookahead_reasoning.runtime.round_rules import RuleCosts, speedup
+    from lookahead_reasoning.runtime.adaptive.planner import REPLAY_DRAWS, REPLAY_STEPS, Estimates, Planner
+    from lookahead_reasoning.runtime.adaptive.round_rules import RuleCosts, speedup
 
     def estimates(costs):
         return Estimates(costs, answers=1, alpha_at=lambda width, optimistic=False: 0.7, ar_step=1.0)

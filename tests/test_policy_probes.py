@@ -1,11 +1,11 @@
-"""The probe schedule (runtime/policy/probes.py): fork probes, drafted probes, AR checks and their spacing."""
+"""The probe schedule (runtime/adaptive/probes.py): fork probes, drafted probes, AR checks and their spacing."""
 
 import pytest
 
-from lookahead_reasoning.runtime.depth import AdaptiveDepth, RoundPlan
-from lookahead_reasoning.runtime.policy.probes import PROBE_BACKOFF, PROBE_BUDGET, PROBE_SHARE, PROBE_SPACING
-from lookahead_reasoning.runtime.policy.stretches import AR_STRETCH_STEPS
-from lookahead_reasoning.runtime.theory import engine_speedup
+from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth, RoundPlan
+from lookahead_reasoning.runtime.adaptive.probes import PROBE_BACKOFF, PROBE_BUDGET, PROBE_SHARE, PROBE_SPACING
+from lookahead_reasoning.runtime.adaptive.stretches import AR_STRETCH_STEPS
+from lookahead_reasoning.runtime.adaptive.theory import engine_speedup
 from scripted_rounds import TOKENS, T, answers_in_threads, learn, round_record, shared_policy
 
 

@@ -1,10 +1,10 @@
-"""The measured rates (runtime/policy/rates.py): drafting rounds against AR rounds, the last word over the model."""
+"""The measured rates (runtime/adaptive/rates.py): drafting rounds against AR rounds, the last word over the model."""
 
 import pytest
 
-from lookahead_reasoning.runtime.depth import AdaptiveDepth
-from lookahead_reasoning.runtime.policy.rates import MeasuredRates
-from lookahead_reasoning.runtime.policy.stretches import AR_STRETCH_STEPS
+from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth
+from lookahead_reasoning.runtime.adaptive.rates import MeasuredRates
+from lookahead_reasoning.runtime.adaptive.stretches import AR_STRETCH_STEPS
 from scripted_rounds import TOKENS, T, learn, round_record, timed
 
 

@@ -1,9 +1,9 @@
-"""AR stretches (runtime/policy/stretches.py): how many steps an AR round writes in one request."""
+"""AR stretches (runtime/adaptive/stretches.py): how many steps an AR round writes in one request."""
 
 import pytest
 
-from lookahead_reasoning.runtime.depth import AdaptiveDepth
-from lookahead_reasoning.runtime.policy.stretches import (
+from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth
+from lookahead_reasoning.runtime.adaptive.stretches import (
     AR_STRETCH_SECONDS, AR_STRETCH_STEPS, RATIONED_OVERHEAD, stretch,
 )
 from scripted_rounds import TOKENS, T, learn, round_record
@@ -52,7 +52,7 @@ def test_where_a_request_costs_as_much_as_a_step_ar_stretches_grow_to_keep_that_
 def test_a_stretch_is_at_most_about_a_minute_long():
     """A slow target (20-token steps at 1 s a token): a stretch of AR_STRETCH_STEPS would take 160 s; it writes
     what fits in AR_STRETCH_SECONDS, so that deadlines and cancellation stay responsive."""
-    from lookahead_reasoning.runtime.cost_model import CostModel
+    from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
 
     costs = CostModel()
     for tokens in (20, 20, 20):

@@ -1,4 +1,4 @@
-"""The round rules' timelines on real step lengths (runtime/round_rules.py) and `lookahead bench --replay`."""
+"""The round rules' timelines on real step lengths (runtime/adaptive/round_rules.py) and `lookahead bench --replay`."""
 
 import json
 import random
@@ -7,7 +7,7 @@ import pytest
 
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.eval.replay import ceilings, costs_from_probe, load_answers, step_lengths
-from lookahead_reasoning.runtime.round_rules import RuleCosts, ar_time, replay, speedup
+from lookahead_reasoning.runtime.adaptive.round_rules import RuleCosts, ar_time, replay, speedup
 
 
 def steps_of(lengths, rule, depth, alpha, costs, seed=0):

@@ -1,16 +1,15 @@
 """A role that fails or stalls is a fault, not a measurement: the adaptive policy leaves the round out of
 what it learns, plans AR while the role is down, retries now and then, and drafts again soon after the role
-answers (runtime/policy/faults.py)."""
+answers (runtime/adaptive/faults.py)."""
 
 import threading
 import time
 
-import pytest
 import requests
 
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.policy import faults as role_faults
-from lookahead_reasoning.runtime.policy.adaptive import AdaptiveDepth
+from lookahead_reasoning.runtime.adaptive import faults as role_faults
+from lookahead_reasoning.runtime.adaptive.adaptive import AdaptiveDepth
 from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 from lookahead_reasoning.runtime.results import JudgedDraft, RoundRecord, StepRecord
 

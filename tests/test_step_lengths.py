@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead_reasoning.runtime.step_lengths import StepLengths, expected_longest
+from lookahead_reasoning.runtime.adaptive.step_lengths import StepLengths, expected_longest
 
 
 def test_the_longest_of_n_steps_of_varying_length_by_hand():

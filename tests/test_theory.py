@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lookahead_reasoning.runtime import theory
+from lookahead_reasoning.runtime.adaptive import theory
 
 
 def test_token_level_hand_value():
@@ -319,7 +319,7 @@ def test_finite_speedup_rejects_bad_values():
 def test_bench_points_carry_the_n_step_theory():
     from lookahead_reasoning.eval.bench import BenchPoint, _theory
     from lookahead_reasoning.eval.bench_report import bench_table
-    from lookahead_reasoning.runtime.depth import depth_limit
+    from lookahead_reasoning.runtime.adaptive.depth import depth_limit
 
     j = 0.06
     assert _theory("sync", 2, 0.7, 0.1, j, 1, 0.7, steps=12) == theory.finite_speedup("sync", 2, 0.7, 0.1, j, steps=12)

@@ -15,7 +15,7 @@ from lookahead_reasoning.programs.step_types import StepOutput, split_steps
 from lookahead_reasoning.runtime.baseline import continue_baseline
 from lookahead_reasoning.runtime.config import LookaheadConfig, SamplingConfig
 from lookahead_reasoning.runtime.servers.connection import Connection
-from lookahead_reasoning.runtime.depth import make_depth_policy
+from lookahead_reasoning.runtime.adaptive.depth import make_depth_policy
 from lookahead_reasoning.runtime.engine import make_engine
 from lookahead_reasoning.errors import Cancelled, LookaheadError, ServerFailure, TimeLimitExceeded
 from lookahead_reasoning.runtime.results import LookaheadResult, RoundRecord

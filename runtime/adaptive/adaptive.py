@@ -12,17 +12,17 @@ import math
 import threading
 import time
 
-from lookahead_reasoning.runtime.client_cpu import ClientCpu
-from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel, per_answer
-from lookahead_reasoning.runtime.policy.alpha import ALPHA_SLOW_FORGET, Acceptance
-from lookahead_reasoning.runtime.policy.faults import RoleFaults
-from lookahead_reasoning.runtime.policy.governor import GAIN_TO_WIDEN, DraftSlots
-from lookahead_reasoning.runtime.policy.planner import Estimates, Planner
-from lookahead_reasoning.runtime.policy.probes import ProbeSchedule, check_spacing
-from lookahead_reasoning.runtime.policy.rates import MeasuredRates
-from lookahead_reasoning.runtime.policy.round_plan import RoundPlan
-from lookahead_reasoning.runtime.policy.stretches import ar_step, stretch
-from lookahead_reasoning.runtime.policy.target_load import TargetLoad
+from lookahead_reasoning.runtime.adaptive.client_cpu import ClientCpu
+from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate, CostModel, per_answer
+from lookahead_reasoning.runtime.adaptive.alpha import ALPHA_SLOW_FORGET, Acceptance
+from lookahead_reasoning.runtime.adaptive.faults import RoleFaults
+from lookahead_reasoning.runtime.adaptive.governor import GAIN_TO_WIDEN, DraftSlots
+from lookahead_reasoning.runtime.adaptive.planner import Estimates, Planner
+from lookahead_reasoning.runtime.adaptive.probes import ProbeSchedule, check_spacing
+from lookahead_reasoning.runtime.adaptive.rates import MeasuredRates
+from lookahead_reasoning.runtime.adaptive.round_plan import RoundPlan
+from lookahead_reasoning.runtime.adaptive.stretches import ar_step, stretch
+from lookahead_reasoning.runtime.adaptive.target_load import TargetLoad
 from lookahead_reasoning.runtime.results import RoundRecord
 from lookahead_reasoning.verifiers.base import ExactMatchVerifier
 from lookahead_reasoning.verifiers.registry import GATE_METHODS

@@ -1,6 +1,6 @@
 """How many steps to draft each round: a fixed γ, or γ chosen from what the rounds measure.
 
-`FixedDepth` drafts γ at width W every round. `AdaptiveDepth` (runtime/policy/) picks, each round, the γ
+`FixedDepth` drafts γ at width W every round. `AdaptiveDepth` (runtime/adaptive/) picks, each round, the γ
 (0: plain AR) and W with the highest expected speedup under the costs it learns (cost_model.py: the
 target alone, B(n) for forks, the draft's c and the verifier's j) and its acceptance estimate α̂, over AR as
 it runs here. Around that plan it spaces the rounds that measure what the plan cannot see (probes and AR
@@ -11,16 +11,16 @@ rule in its own module.
 
 from __future__ import annotations
 
-from lookahead_reasoning.runtime.client_cpu import ClientCpu
+from lookahead_reasoning.runtime.adaptive.client_cpu import ClientCpu
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.cost_model import CostEstimate, CostModel
-from lookahead_reasoning.runtime.policy.adaptive import AdaptiveDepth
-from lookahead_reasoning.runtime.policy.alpha import AcceptanceTally
-from lookahead_reasoning.runtime.policy.planner import depth_limit
-from lookahead_reasoning.runtime.policy.round_plan import DepthPolicy, RoundPlan
-from lookahead_reasoning.runtime.policy.target_load import TargetLoad, Tracked
+from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate, CostModel
+from lookahead_reasoning.runtime.adaptive.adaptive import AdaptiveDepth
+from lookahead_reasoning.runtime.adaptive.alpha import AcceptanceTally
+from lookahead_reasoning.runtime.adaptive.planner import depth_limit
+from lookahead_reasoning.runtime.adaptive.round_plan import DepthPolicy, RoundPlan
+from lookahead_reasoning.runtime.adaptive.target_load import TargetLoad, Tracked
 from lookahead_reasoning.runtime.results import RoundRecord
-from lookahead_reasoning.runtime.round_rules import rule_of
+from lookahead_reasoning.runtime.adaptive.round_rules import rule_of
 
 __all__ = ["AcceptanceTally", "AdaptiveDepth", "DepthPolicy", "FixedDepth", "RoundPlan", "TargetLoad", "Tracked",
            "depth_limit", "make_depth_policy"]

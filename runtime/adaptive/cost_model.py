@@ -37,8 +37,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from lookahead_reasoning.files import cache_dir, write_atomically
-from lookahead_reasoning.runtime.cost_fit import MAX_SLOPE, Average, Fit, TargetFit, per_answer
-from lookahead_reasoning.runtime.step_lengths import StepLengths
+from lookahead_reasoning.runtime.adaptive.cost_fit import MAX_SLOPE, Average, Fit, TargetFit, per_answer
+from lookahead_reasoning.runtime.adaptive.step_lengths import StepLengths
 
 __all__ = ["MAX_SLOPE", "CostEstimate", "CostModel", "load_costs", "per_answer", "save_costs"]
 
@@ -64,7 +64,7 @@ class CostEstimate(BaseModel):
     planned_depth: int | None = None  # the γ it would choose now (0: plain AR)
     planned_width: int | None = None  # the W it would choose now
     width_speedups: dict[int, float] = {}  # with --width W > 1: the best expected speedup at each width
-    # over AR, by the theory with these costs at the plan's α (policy/planner.py)
+    # over AR, by the theory with these costs at the plan's α (adaptive/planner.py)
     expected_speedup: float | None = None
     measured_gain: float | None = None  # tokens/s of the rounds that drafted over that of AR rounds, measured
     draft_slots: int | None = None  # how many of the answers sharing the policy may be in a drafting round at once

@@ -20,7 +20,7 @@ together; c, a draft token over a target token; the judge's seconds per call; an
 while the other runs beside it (shared cores). A draft step is as long as the target's step at the same
 position, and the judge runs beside the target without slowing it. eval/replay.py replays recorded answers
 with a server probe's costs (`lookahead bench --replay`); the adaptive planner prices streamed rounds with it
-on the run's own step lengths (policy/planner.py).
+on the run's own step lengths (adaptive/planner.py).
 """
 
 from __future__ import annotations

@@ -30,12 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from lookahead_reasoning.runtime.cost_model import CostModel
-from lookahead_reasoning.runtime.policy.rates import GAIN_TO_DRAFT
-from lookahead_reasoning.runtime.policy.round_plan import RoundPlan
-from lookahead_reasoning.runtime.round_rules import RuleCosts
-from lookahead_reasoning.runtime.round_rules import speedup as replayed_speedup
-from lookahead_reasoning.runtime.theory import engine_speedup, round_steps, tree_branches
+from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
+from lookahead_reasoning.runtime.adaptive.rates import GAIN_TO_DRAFT
+from lookahead_reasoning.runtime.adaptive.round_plan import RoundPlan
+from lookahead_reasoning.runtime.adaptive.round_rules import RuleCosts
+from lookahead_reasoning.runtime.adaptive.round_rules import speedup as replayed_speedup
+from lookahead_reasoning.runtime.adaptive.theory import engine_speedup, round_steps, tree_branches
 
 CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
 TREE_NODE_BUDGET = 16  # leaves; the drafting itself is capped by LookaheadConfig.max_tree_nodes

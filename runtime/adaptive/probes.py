@@ -26,8 +26,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from lookahead_reasoning.runtime.policy.planner import Estimates, Plan, Planner
-from lookahead_reasoning.runtime.policy.round_plan import RoundPlan
+from lookahead_reasoning.runtime.adaptive.planner import Estimates, Plan, Planner
+from lookahead_reasoning.runtime.adaptive.round_plan import RoundPlan
 
 PROBE_BUDGET = 0.02  # share of the time that probes may cost while AR wins
 PROBE_SHARE = 1.0  # a fork probe's extra branch writes this share of a step (at least PROBE_MIN_TOKENS)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from lookahead_reasoning.runtime.cost_model import CostModel
+from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
 
 AR_STRETCH_STEPS = 8  # the fewest steps an AR round writes in one request while AR wins
 AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the answer stays responsive
