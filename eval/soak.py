@@ -59,12 +59,14 @@ START_TIMEOUT_S = 180.0  # the frontend imports SGLang's frontend; a loaded mach
 MAX_BODY_BYTES = 32 * 1024  # the frontend's limit here: an over-limit body is sent whole before the 413
 LOOKAHEAD = [sys.executable, "-m", "lookahead_reasoning.cli"]
 
-# GPU-like timing (simserver.py): the target 5 ms a token, the draft 1 ms, the judge 2.5 ms; 8 steps of 8 tokens
+# The target 20 ms a token, the draft 4 ms, the judge 10 ms; 8 steps of 8 tokens. Target branches stream one
+# event a token, which the frontend parses: at a few ms a token that parsing, not the servers, would decide
+# whether drafting pays, the policy would rightly run AR, and the soak would not see drafting come back.
 SIM_SHAPE = ["--steps", "8", "--step-tokens", "8"]
 SIM_ARGS = {
-    "draft": ["--decode-ms", "1"],
-    "target": ["--decode-ms", "5"],
-    "judge": ["--decode-ms", "2.5", "--alpha", "0.7"],
+    "draft": ["--decode-ms", "4"],
+    "target": ["--decode-ms", "20"],
+    "judge": ["--decode-ms", "10", "--alpha", "0.7"],
 }
 
 

@@ -218,6 +218,7 @@ class Engine:
         return self._finish_round(state, walk, RoundWork(
             depth=plan.depth, started=started, judged=judged, draft_s=draft_s,
             target_s=lone.ended - lone.started if lone else max(0.0, fork.decided - t1 - fork.verify_s),
+            target_server_s=fork.target_after[ROOT].server_s if lone else None,
             verify_s=fork.verify_s, branches=len(fork.branches), target_tokens=lone.tokens if lone else 0,
             target_tokens_all=lone.tokens if lone else 0, target_others=load.others,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes), draft_steps=len(tree.nodes),

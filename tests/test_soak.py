@@ -19,8 +19,9 @@ def test_a_short_soak_loses_nothing_and_never_answers_500(capsys, tmp_path):
     # three faults: each role once, and both kinds
     assert {f["role"] for f in report["faults"]} == set(ROLES)
     assert {f["kind"] for f in report["faults"]} == set(FAULTS)
-    # the mix reached the frontend: answers (some degraded by the faults), clients that left, hostile bodies
-    assert requests["answered"] > 0 and requests["degraded"] > 0 and requests["left_on_purpose"] > 0
+    # the mix reached the frontend: answers (some drafted), clients that left, hostile bodies. Whether an answer
+    # was drafting when the draft or judge failed depends on the moment: the policy runs AR while a role is down
+    assert requests["answered"] > 0 and requests["drafted"] > 0 and requests["left_on_purpose"] > 0
     assert requests["errors"].get("400", 0) > 0
     assert report["final_request"]["status"] == 200
     assert report["minutes"][0]["rss_mib"] > 0 and report["frontend"]["exit_code"] is None
