@@ -36,10 +36,10 @@ def _verifier_connection(name: str, endpoints, judge_url, target_url, chat_templ
 
 
 def _build_verifier(name, threshold, endpoints, judge_url, target_url, chat_template, embedding_model, timeout):
-    from lookahead_reasoning.verifiers.registry import VERIFIER_NAMES, make_verifier, verifier_model
+    from lookahead_reasoning.verifiers.registry import VERIFIER_NAMES, make_verifier, unknown_verifier, verifier_model
 
     if name not in VERIFIER_NAMES:
-        raise LookaheadError(f"unknown verifier {name!r}; known: {', '.join(VERIFIER_NAMES)}")
+        raise LookaheadError(unknown_verifier(name))
     connection = _verifier_connection(name, endpoints, judge_url, target_url, chat_template, timeout)
     backends = connection.backends if connection else {}
     try:
@@ -166,14 +166,14 @@ def verifiers_study(
     a rerun asks no server about a pair it already scored."""
     from lookahead_reasoning.eval.verifier_report import markdown, write_study
     from lookahead_reasoning.eval.verifier_study import load_pairs
-    from lookahead_reasoning.verifiers.registry import DEFAULT_THRESHOLDS, VERIFIER_NAMES
+    from lookahead_reasoning.verifiers.registry import DEFAULT_THRESHOLDS, VERIFIER_NAMES, unknown_verifier
 
     names = list(dict.fromkeys(v.strip() for v in verifiers.split(",") if v.strip()))
     unknown = [n for n in names if n not in VERIFIER_NAMES]
     if not names:
         raise LookaheadError("--verifiers names no verifier")
     if unknown:
-        raise LookaheadError(f"unknown verifier {unknown[0]!r}; known: {', '.join(VERIFIER_NAMES)}")
+        raise LookaheadError(unknown_verifier(unknown[0]))
     if dev_split == test_split:
         raise LookaheadError("--dev-split and --test-split must differ: "
                              "a threshold is judged on pairs it was not chosen on")
