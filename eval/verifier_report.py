@@ -1,6 +1,7 @@
 """A verifier study: each threshold chosen on the dev split, judged on the test split with bootstrap intervals.
 
-Every pair is scored once per verifier; the scores go to `scores.jsonl` in the study's folder as
+Every pair is scored once per verifier (a gated name's gates over its base verifier's verdicts, so
+that the base is asked once for all its gated names); the scores go to `scores.jsonl` in the study's folder as
 they come, so a rerun (after an interruption, or with more verifiers) asks no server about a
 pair it already scored. A cached score counts only while its pair's text is unchanged.
 """
@@ -19,7 +20,7 @@ from lookahead_reasoning.eval.verifier_study import (
 )
 from lookahead_reasoning.verifiers.base import Verdict, Verifier
 from lookahead_reasoning.verifiers.calibration import Calibration
-from lookahead_reasoning.verifiers.registry import DEFAULT_THRESHOLDS, has_score
+from lookahead_reasoning.verifiers.registry import DEFAULT_THRESHOLDS, GATES, base_verifier, gates_of, has_score
 
 SCORES_FILE = "scores.jsonl"
 
@@ -80,12 +81,34 @@ class ScoreCache:
 
 
 def scored(name: str, pairs: list[LabelledPair], cache: ScoreCache, build: Callable[[str], Verifier]) -> list[Verdict]:
-    """The verdicts of `name` on `pairs`; only pairs missing from the cache are judged (and `build` called)."""
+    """The verdicts of `name` on `pairs`; only pairs missing from the cache are judged (and `build` called). A
+    gated name (NAME+numbers, ...) puts its gates over NAME's verdicts, so NAME is asked once per pair for all."""
     missing = [p for p in pairs if cache.get(name, p) is None]
     if missing:
-        judge_all(build(name), missing,
+        verifier = _gated(name, missing, cache, build) if gates_of(name) else build(name)
+        judge_all(verifier, missing,
                   lambda start, verdicts: cache.add(name, missing[start:start + len(verdicts)], verdicts))
     return [cache.get(name, p) for p in pairs]
+
+
+class _Scored:
+    """A verifier that answers with verdicts already scored: the inner verifier of a gated name in a study."""
+
+    def __init__(self, name: str, pairs: list[LabelledPair], verdicts: list[Verdict]):
+        self.name = name
+        self._verdicts = {(p.context, p.step_a, p.step_b): v for p, v in zip(pairs, verdicts)}
+
+    def verify(self, context: str | None, pairs: list[tuple[str, str]]) -> list[Verdict]:
+        return [self._verdicts[(context, a, b)] for a, b in pairs]
+
+
+def _gated(name: str, pairs: list[LabelledPair], cache: ScoreCache, build: Callable[[str], Verifier]) -> Verifier:
+    """`name`'s gates, in registry order, over its base verifier's verdicts on `pairs` (scored first)."""
+    base = base_verifier(name)
+    verifier: Verifier = _Scored(base, pairs, scored(base, pairs, cache, build))
+    for gate in gates_of(name):
+        verifier = GATES[gate](verifier)
+    return verifier
 
 
 def curve(labels: list[bool], verdicts: list[Verdict]) -> list[tuple[float, float]]:

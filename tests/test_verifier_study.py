@@ -211,6 +211,34 @@ def test_a_rerun_asks_no_verifier_and_a_changed_pair_is_scored_again(tmp_path):
     assert [len(asked) for _, asked in scripted.calls] == [1]
 
 
+def test_gated_names_are_scored_over_their_base_verifiers_verdicts_asked_once(tmp_path):
+    """A study of llm-judge and its gated names asks the judge once per pair; each gate rejects what it would
+    in a run (a draft with a new number: the numbers gate; another result: the math gate)."""
+    drafts = {"The total is 12.": 0.9, "The total is 13.": 0.9, "So x = 4.": 0.9, "So x = 5.": 0.9}
+    pairs = [LabelledPair(step_a=a, step_b=d, equivalent=a == d.replace("13", "12"), split=split, id=f"p{i}",
+                          context="We know 12 and 13.")
+             for i, (a, d, split) in enumerate([("The total is 12.", "The total is 12.", "dev"),
+                                                ("The total is 12.", "The total is 13.", "dev"),
+                                                ("So x = 4.", "So x = 4.", "test"), ("So x = 4.", "So x = 5.", "test")])]
+    scripted = Scripted(drafts)
+    built = []
+
+    def build(name):
+        built.append(name)
+        return scripted
+
+    names = ["llm-judge", "llm-judge+numbers", "llm-judge+math", "llm-judge+numbers+math"]
+    run_study(pairs, tmp_path / "p.jsonl", names, build, tmp_path, "dev", "test")
+    assert built == ["llm-judge"]
+    assert sum(len(asked) for _, asked in scripted.calls) == len(pairs)
+    cached = [json.loads(line) for line in (tmp_path / SCORES_FILE).read_text().splitlines()]
+    methods = {(r["verifier"], r["pair"]): r["method"] for r in cached}
+    assert methods[("llm-judge+numbers", "p3")] == "numbers"  # 5 is new: the numbers gate
+    assert methods[("llm-judge+math", "p3")] == "math" and methods[("llm-judge+math", "p1")] == "math"
+    assert methods[("llm-judge+numbers", "p1")] == "llm-judge"  # 13 is in the context: the judge decides
+    assert methods[("llm-judge+numbers+math", "p1")] == "math"
+
+
 def test_study_files(tmp_path):
     write_study(study_pairs(), tmp_path / "p.jsonl", ["llm-judge", "random"], lambda n: Scripted(SCORES, n),
                 tmp_path, "dev", "test")
@@ -340,7 +368,8 @@ def test_study_command_writes_its_report_and_resumes(tmp_path, capsys, monkeypat
     names = ["embedding-numbers", "embedding-numbers", "exact", "random+numbers"]
     assert [r["verifier"] for r in saved["rows"]] == names
     assert all(r["metrics"]["n"] == 3 for r in saved["rows"])
-    assert len((out / SCORES_FILE).read_text().splitlines()) == 3 * len(CLI_PAIRS)
+    # random+numbers puts its gate over random's own verdicts, which are cached too
+    assert len((out / SCORES_FILE).read_text().splitlines()) == 4 * len(CLI_PAIRS)
 
     import lookahead_reasoning.verifiers.registry as registry
 
