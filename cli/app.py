@@ -2,8 +2,8 @@
 
 - serving: launch, stop, serve, weights (cli/serving.py)
 - reasoning: run, demo (cli/reasoning.py)
-- evaluation: eval, report, sweep (cli/evaluation.py); bench, simserver (cli/benchmarks.py); verifiers
-  (cli/verifiers.py)
+- evaluation: eval, report, sweep (cli/evaluation.py); bench sim|load|serve|soak|replay, simserver
+  (cli/benchmarks.py); verifiers (cli/verifiers.py)
 - servers: servers probe (cli/servers.py)
 
 Parsing the command line does not import SGLang; a command imports it when it runs a program.
@@ -35,8 +35,8 @@ for command in (reasoning.run, reasoning.demo, reasoning.trace):
 app.command("eval", rich_help_panel="Evaluation")(evaluation.eval_command)
 app.command("report", rich_help_panel="Evaluation")(evaluation.report_command)
 app.command("sweep", rich_help_panel="Evaluation")(evaluation.sweep_command)
-for command in (benchmarks.bench, benchmarks.simserver):
-    app.command(rich_help_panel="Evaluation")(command)
+app.add_typer(benchmarks.bench_app, name="bench", rich_help_panel="Evaluation")
+app.command(rich_help_panel="Evaluation")(benchmarks.simserver)
 app.add_typer(verifiers.verifiers_app, name="verifiers", rich_help_panel="Evaluation")
 
 
@@ -65,8 +65,8 @@ def main(args: list[str] | None = None) -> None:
         sys.exit(1)
     except (typer.Abort, KeyboardInterrupt):
         _interrupted()
-    except click.ClickException as error:  # usage errors carry their own exit code
-        error.show()
+    except (click.ClickException, typer.TyperException) as error:  # usage errors, click's or typer's copy's
+        error.show()  # a command group given no command has printed its help already and shows nothing more
         sys.exit(error.exit_code)
     except Exception as error:
         if os.environ.get("LOOKAHEAD_DEBUG"):

@@ -41,7 +41,7 @@ def run(
     baseline: bool = typer.Option(False, "--baseline", help="also run the target alone (AR) and report the speedup"),
     probe: Optional[Path] = typer.Option(
         None, help="with --baseline and a fixed γ: the servers' costs (lookahead servers probe --json), to print the "
-        "measured speedup beside the ceiling of its round rule (bench --replay)"),
+        "measured speedup beside the ceiling of its round rule (bench replay)"),
     trace: Optional[Path] = typer.Option(None, help="write the run's timeline here as one HTML page"),
     fork: Fork = "streamed",
     as_json: AsJson = False,

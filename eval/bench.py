@@ -1,4 +1,4 @@
-"""`lookahead bench --sim`: the runtime's scheduling against the theory, on simulated servers.
+"""`lookahead bench sim`: the runtime's scheduling against the theory, on simulated servers.
 
 For every grid point (α, c, γ, engine, W) the real engines and programs run over HTTP
 against three simulated SGLang servers (draft, target, judge; see simserver.py) in

@@ -1,4 +1,4 @@
-"""The report of `lookahead bench --sim`: bench.json, a markdown table (bench.md) and PNG plots.
+"""The report of `lookahead bench sim`: bench.json, a markdown table (bench.md) and PNG plots.
 
 The grid and the measurements are in bench.py; this module only writes their results.
 """

@@ -1,4 +1,4 @@
-"""`lookahead bench --load`: speedup against AR as load rises, on simulated servers.
+"""`lookahead bench load`: speedup against AR as load rises, on simulated servers.
 
 Load is two things at once here. `batch_slope` says what parallel requests cost a server
 (0: a batch costs one request, an idle GPU; 1: linear, a CPU or a saturated GPU), and

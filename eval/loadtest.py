@@ -1,4 +1,4 @@
-"""`lookahead bench --serve`: concurrent requests against `lookahead serve`, LR and AR.
+"""`lookahead bench serve`: concurrent requests against `lookahead serve`, LR and AR.
 
 Without `--url` it starts everything itself on loopback: three simulated SGLang
 servers (GPU-like timing, see simserver.py) and the frontend in this process, so the
@@ -74,7 +74,7 @@ def load(url: str, model: str, n: int, concurrency: int, max_tokens: int, api_ke
 def check_loopback(url: str) -> str:
     host = urlparse(url).hostname
     if host not in LOOPBACK:
-        raise LookaheadError(f"bench --serve only loads a frontend on loopback, not {host!r}")
+        raise LookaheadError(f"bench serve only loads a frontend on loopback, not {host!r}")
     return url.rstrip("/")
 
 

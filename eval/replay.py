@@ -1,4 +1,4 @@
-"""The ceiling of each round rule on recorded answers: `lookahead bench --replay`.
+"""The ceiling of each round rule on recorded answers: `lookahead bench replay`.
 
 Recorded AR answers (an eval results.jsonl) give real step lengths; a server probe (`lookahead servers
 probe --json`) gives the costs; runtime/adaptive/round_rules.py walks each answer through each rule's timeline.

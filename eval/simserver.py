@@ -114,7 +114,7 @@ class _Trie:
     generations stand in for LRU eviction: inserts go to the current one, and when it holds half the
     capacity it becomes the previous one (the one before is dropped); a match looks in both, and a prompt
     that matched in the previous one is inserted into the current one with its completion, so what is in use
-    stays. Unbounded, the trie would grow over a `bench --load` grid to millions of nodes (about a gigabyte
+    stays. Unbounded, the trie would grow over a `bench load` grid to millions of nodes (about a gigabyte
     per server) and slow the server, so the grid's later points would measure the simulator's own slowdown."""
 
     def __init__(self, capacity: int = TRIE_CAPACITY):

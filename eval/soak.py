@@ -1,4 +1,4 @@
-"""`lookahead bench --soak`: a long load test with faults, for what single requests cannot find.
+"""`lookahead bench soak`: a long load test with faults, for what single requests cannot find.
 
 It starts three simulated SGLang servers (eval/simserver.py) and `lookahead serve` in front of
 them, each as a process of its own, then runs `clients` concurrent clients for `duration_s`.
@@ -622,7 +622,7 @@ def soak_tables(report: dict):
     from rich.table import Table
 
     r = report["requests"]
-    totals = Table(title="bench --soak: lookahead serve over simulated servers, with faults")
+    totals = Table(title="bench soak: lookahead serve over simulated servers, with faults")
     for column in ("sent", "answered (200)", "drafted", "degraded", "left on purpose", "errors by status", "lost"):
         totals.add_column(column, justify="right")
     errors = ", ".join(f"{code}: {n}" for code, n in r["errors"].items()) or "none"

@@ -219,12 +219,12 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("option, value", [("--alphas", "1.5"), ("--cs", "0"), ("--depths", "0"), ("--widths", "0")])
 def test_invalid_bench_grid_values(capsys, option, value):
-    one_line_error(invoke(capsys, "bench", "--sim", option, value), "invalid")
+    one_line_error(invoke(capsys, "bench", "sim", option, value), "invalid")
 
 
 def test_bench_sim_json_and_report(capsys, tmp_path):
     proc = invoke(capsys, 
-        "bench", "--sim", "--alphas", "0.6", "--cs", "0.25", "--depths", "1,adaptive", "--widths", "1,2",
+        "bench", "sim", "--alphas", "0.6", "--cs", "0.25", "--depths", "1,adaptive", "--widths", "1,2",
         "--engines", "sync,async", "--problems", "1", "--target-ms", "2", "--no-alpha-shift",
         "--json", "--out", str(tmp_path),
     )
@@ -254,14 +254,14 @@ def test_bench_sim_json_and_report(capsys, tmp_path):
                                            ("--engines", "fast"), ("--slopes", "a,b"), ("--repeats", "0"),
                                            ("--requests", "0")])
 def test_invalid_bench_load_grids_get_one_line(capsys, option, value):
-    proc = invoke(capsys, "bench", "--load", option, value)
+    proc = invoke(capsys, "bench", "load", option, value)
     assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("error:")
 
 
 def test_bench_load_json_table_and_plot(capsys, tmp_path):
     proc = invoke(capsys,
-        "bench", "--load", "--slopes", "0,1", "--concurrencies", "1,2", "--depths", "ar,2,adaptive",
+        "bench", "load", "--slopes", "0,1", "--concurrencies", "1,2", "--depths", "ar,2,adaptive",
         "--engines", "sync", "--target-ms", "2", "--requests", "6", "--json", "--out", str(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr

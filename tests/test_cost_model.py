@@ -180,7 +180,7 @@ def test_lengths_that_vary_at_one_load_still_fit_a_fixed_cost_beside_a_short_pro
 
 def _at_one_high_load(model, rounds=4):
     """64 answers on a linear server (t₁ = 5 ms): every request beside 62 to 66 others, the client's noise in
-    timing them larger than what the load's spread adds (as in `bench --load`)."""
+    timing them larger than what the load's spread adds (as in `bench load`)."""
     for _ in range(rounds):
         for others, noise in ((62, 1.04), (64, 1.0), (66, 0.96), (63, 1.03), (65, 0.98)):
             model.observe_target(1, 16 * 0.005 * 65 * noise, 16, others=others)

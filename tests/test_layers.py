@@ -62,7 +62,7 @@ print("LOADED", loaded, file=sys.stderr)
 @pytest.mark.parametrize("args", [
     ["--help"], ["run", "--help"], ["launch", "--help"], ["eval", "--help"], ["verifiers", "evaluate", "--help"],
     ["run", "  "], ["run", "q", "--depth", "zero"], ["run", "q", "--endpoints", "/nonexistent/endpoints.json"],
-    ["bench", "--sim", "--alphas", "1.5"], ["sweep", "--dataset", "gsm8k", "--out", "x", "--width", "0"],
+    ["bench", "sim", "--alphas", "1.5"], ["sweep", "--dataset", "gsm8k", "--out", "x", "--width", "0"],
 ])
 def test_cli_parses_and_reports_input_errors_without_sglang(args):
     proc = subprocess.run([sys.executable, "-c", PARSE_ONLY.format(args=args)], capture_output=True, text=True,

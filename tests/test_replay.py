@@ -1,4 +1,4 @@
-"""The round rules' timelines on real step lengths (runtime/adaptive/round_rules.py) and `lookahead bench --replay`."""
+"""The round rules' timelines on real step lengths (runtime/adaptive/round_rules.py) and `lookahead bench replay`."""
 
 import json
 import random
@@ -75,7 +75,7 @@ def test_bench_replay_prints_every_rule_depth_and_alpha(tmp_path, capsys):
     probe = tmp_path / "probe.json"
     probe.write_text(json.dumps({"target": {"fixed_s": 0.0, "per_token_s": 0.2}, "c": 0.45, "judge_s": 1.0,
                                  "fork": [{"width": 2, "b": 1.0}, {"width": 3, "b": 1.05}]}))
-    done = invoke(capsys, "bench", "--replay", str(results), "--probe", str(probe), "--depths", "1,2",
+    done = invoke(capsys, "bench", "replay", str(results), "--probe", str(probe), "--depths", "1,2",
                   "--alphas", "0.5,1", "--json")
     assert done.returncode == 0, done.stderr
     table = json.loads(done.stdout)
@@ -85,6 +85,6 @@ def test_bench_replay_prints_every_rule_depth_and_alpha(tmp_path, capsys):
     expected = ceilings(load_answers(results), costs_from_probe(json.loads(probe.read_text())), depths=(1, 2),
                         alphas=(0.5, 1.0))
     assert found == {(c.rule, c.depth, c.alpha): c.speedup for c in expected}
-    text_out = invoke(capsys, "bench", "--replay", str(results), "--probe", str(probe), "--depths", "1")
+    text_out = invoke(capsys, "bench", "replay", str(results), "--probe", str(probe), "--depths", "1")
     assert "ends at its decision" in text_out.stdout and "α 0.63" in text_out.stdout
-    one_line_error(invoke(capsys, "bench", "--replay", str(results)), "--probe")
+    one_line_error(invoke(capsys, "bench", "replay", str(results)), "--probe")

@@ -1,4 +1,4 @@
-"""`lookahead bench --soak`, briefly: `lookahead serve` and three simulated servers in processes of their
+"""`lookahead bench soak`, briefly: `lookahead serve` and three simulated servers in processes of their
 own, 16 clients for 25 s, a fault every 5 s and none in the last fault period. About 40 s on two cores."""
 
 import json
@@ -9,7 +9,7 @@ from lookahead_reasoning.eval.soak import FAULTS, ROLES, Outcome, _drafting_reco
 
 
 def test_a_short_soak_loses_nothing_and_never_answers_500(capsys, tmp_path):
-    outcome = invoke(capsys, "bench", "--soak", "--duration", "25", "--clients", "16", "--fault-every", "5",
+    outcome = invoke(capsys, "bench", "soak", "--duration", "25", "--clients", "16", "--fault-every", "5",
                      "--out", str(tmp_path))
     report = json.loads((tmp_path / "soak.json").read_text())
     requests = report["requests"]

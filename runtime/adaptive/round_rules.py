@@ -19,7 +19,7 @@ do not, and what a round pays for that depends on its rule:
 together; c, a draft token over a target token; the judge's seconds per call; and each model's slowdown
 while the other runs beside it (shared cores). A draft step is as long as the target's step at the same
 position, and the judge runs beside the target without slowing it. eval/replay.py replays recorded answers
-with a server probe's costs (`lookahead bench --replay`); the adaptive planner prices streamed rounds with it
+with a server probe's costs (`lookahead bench replay`); the adaptive planner prices streamed rounds with it
 on the run's own step lengths (adaptive/planner.py).
 """
 

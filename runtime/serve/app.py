@@ -45,7 +45,7 @@ def build_app(connection: Connection, config: LookaheadConfig, settings: ServeSe
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
-        # the pools' threads are the app's: a process that starts and stops apps (tests, `bench --load`)
+        # the pools' threads are the app's: a process that starts and stops apps (tests, `bench load`)
         # would otherwise keep every stopped app's idle threads
         try:
             yield
