@@ -136,6 +136,61 @@ def test_a_wrong_rule_is_caught_where_the_steps_state_what_it_gives():
         "the draft gives the image of the quantity in x, y another value")
 
 
+# --- the same value for another expression (MATH-500 pairs the judge accepted) ------------------------------
+
+ANOTHER_EXPRESSION = "the draft gives the target's value to another expression"
+
+
+@pytest.mark.parametrize("target, draft", [
+    # math500-0414-r3-p3 and -r4-p1: the draft dropped the square
+    ("Next, divide every term by -4:\n\\[\n(5-a)^2 = \\frac{-36}{-4}\n\\]\n\\[\n(5-a)^2 = 9\n\\]\n\n",
+     ("Finally, solve for \\(a\\) by dividing both sides by -4:\n"
+      "\\[\n5-a = \\frac{-36}{-4}\n\\]\n\\[\n5-a = 9\n\\]\n\n")),
+    ("Now, divide every term by -4:\n\\[\n(5-a)^2 = \\frac{-36}{-4}\n\\]\n\\[\n(5-a)^2 = 9\n\\]\n\n",
+     "Now, solve for \\(a\\) by dividing both sides by -4:\n\\[\n5-a = \\frac{-36}{-4}\n\\]\n\\[\n5-a = 9\n\\]\n\n"),
+    # math500-0452-r2-p1: the target put 13 (the value of a + b) for a; nothing gives a a value
+    (("Since we know from the first equation that \\(a + b = 13\\), we can substitute \\(13\\) for \\(a + b\\) in "
+      "the equation \\(9(a - b)\\):\n\\[9(13 - b) = 27.\\]\n\n"), "So the equation becomes:\n\\[9(a - b) = 27.\\]\n\n"),
+])
+def test_the_same_value_for_another_expression_is_rejected(target, draft):
+    context = ("Let's denote the two-digit number by \\(10a + b\\). \\[a + b = 13.\\]\n\n"
+               "\\[10a + b - 10b - a = 9a - 9b = 9(a - b).\\]\n\n")
+    assert disagreement(target, draft, context) == ANOTHER_EXPRESSION
+    assert disagreement(draft, target, context) == ANOTHER_EXPRESSION
+    assert math_gate_rejects(context, target, draft)
+
+
+@pytest.mark.parametrize("target, draft, context", [
+    ("\\( x + 2 = 5 \\)\n\n", "\\( 2 + x = 5 \\)\n\n", ""),  # equal as functions
+    ("\\[ 9(a - b) = 27 \\]\n\n", "\\[ 9a - 9b = 27 \\]\n\n", ""),
+    ("So 2x + 3 = 9.\n\n", "\\[ 9 = 3 + 2x \\]\n\n", ""),  # the constant on either side
+    ("\\[ 9 \\times 3 = 27 \\]\n\n", "\\[ 9(a - b) = 27 \\]\n\n", ""),  # a constant on both sides of one
+    ("\\[ 6s = 42 \\]\n\n", "\\[ 6x = 42 \\]\n\n", ""),  # other letters: not compared
+    ("\\[ 2x - 6 = 0 \\]\n\n", "\\[ x - 3 = 0 \\]\n\n", ""),  # 0, 1, -1: one equation in two forms
+    ("\\[ \\frac{x}{y} = 1 \\]\n\n", "\\[ \\frac{y}{x} = 1 \\]\n\n", ""),
+    ("\\[ (x - 3)^2 = 0 \\]\n\n", "\\[ x - 3 = 0 \\]\n\n", ""),
+    # a step that states two equations, the other in another order
+    ("\\[ a + b = 5 \\]\n\\[ 2a - b = 5 \\]\n\n", "\\[ 2a - b = 5 \\]\n\\[ a + b = 5 \\]\n\n", ""),
+    ("\\( x + y = 10 \\) and \\( 3x - y = 10 \\)\n\n", "So \\( y + x = 10 \\).\n\n", ""),
+    # a substitution: the letter the target lacks has a value, in the context or in a step
+    ("\\[ 9(13 - b) = 27 \\]\n\n", "\\[ 9(a - b) = 27 \\]\n\n", "We found \\(a = 13\\).\n\n"),
+    ("With \\(a = 13\\): \\[ 9(13 - b) = 27 \\]\n\n", "\\[ 9(a - b) = 27 \\]\n\n", ""),
+    ("\\[ 9(13 - b) = 27 \\]\n\n", "\\[ 9(a - b) = 27 \\]\n\n", "So \\(a\\) is 13.\n\n"),
+    ("\\[ 2(3) + y = 10 \\]\n\n", "\\[ 2x + y = 10 \\]\n\n", "\\begin{align*} x &= 3 \\end{align*}\n\n"),
+])
+def test_the_same_value_is_left_to_the_inner_verifier_where_the_equations_may_agree(target, draft, context):
+    for t, d in ((target, draft), (draft, target)):
+        assert disagreement(t, d, context) is None, (t, d)
+        verdict = MathGate(Inner()).verify(context, [(t, d)])[0]
+        assert verdict.accept and verdict.method == "inner"
+
+
+def test_one_equation_in_two_forms_is_not_another_expression_for_the_same_value():
+    # 2x = 6 and x = 3 give different values: this rule leaves them be (the result rule compares 6 with 3)
+    assert disagreement("\\[ 2x = 6 \\]\n\n", "\\[ x = 3 \\]\n\n") != ANOTHER_EXPRESSION
+    assert disagreement("\\[ 2x = 6 \\]\n\\[ x = 3 \\]\n\n", "\\[ x = 3 \\]\n\n") is None
+
+
 # --- what the gate leaves to the inner verifier ----------------------------------------------------------
 
 SAME = [

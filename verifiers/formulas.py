@@ -6,7 +6,10 @@ expressions (every LaTeX one; in plain text those after "is", "becomes", "gives"
 is evaluated by expressions.py. From them a step states:
 - quantities: what each left-hand side is given (a letter, an expression, a name in `\\text{}`);
 - values: every value it states, the numbers in its text included;
-- its result: the last part of its last chain, or where it has no chain its last standalone expression.
+- its result: the last part of its last chain, or where it has no chain its last standalone expression;
+- its equation: where its last chain sets an expression in letters equal to a constant (`(5-a)^2 = 9`, or
+  `9 = (5-a)^2`), that expression and the constant; and every (expression in letters, constant) pair any
+  of its chains states.
 Formulas cut by the step's start or end, and code blocks, state nothing.
 """
 
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from lookahead_reasoning.verifiers.expressions import MAX_PART_CHARS, SAMPLE_POINTS, Unreadable, Value, evaluate
-from lookahead_reasoning.verifiers.latex import Foreign, latex_to_plain, sympy_value
+from lookahead_reasoning.verifiers.latex import _GREEK, Foreign, latex_to_plain, sympy_value
 from lookahead_reasoning.verifiers.numbers import numbers_in
 
 MAX_STEP_CHARS = 8000  # the rest of a longer step is not read
@@ -33,6 +36,8 @@ class Stated:
     quantities: dict[tuple, list[Value]] = field(default_factory=dict)
     values: list[Value] = field(default_factory=list)
     result: Value | None = None
+    equation: tuple[Value, Value] | None = None  # the last chain's (expression in letters, constant)
+    equations: list[tuple[Value, Value]] = field(default_factory=list)  # every chain's such pairs
 
 
 _CODE = re.compile(r"```.*?(?:```|$)", re.S)
@@ -84,6 +89,9 @@ def _split_top(text: str, separator: str) -> list[str]:
 _SPACING = re.compile(r"\\[,;:! ]|\{,\}")  # thin spaces (their commas separate nothing), 1{,}000
 
 
+_FULL_STOP = re.compile(r"\.\s*$")  # the sentence's full stop: \[9(a - b) = 27.\]
+
+
 def _latex_statements(latex: str) -> list[_Statement]:
     latex = _SPACING.sub(lambda m: "" if m.group() == "{,}" else " ", _DEGREES.sub("°", latex))
     rows: list[str] = []
@@ -102,7 +110,7 @@ def _latex_statements(latex: str) -> list[_Statement]:
             else:
                 pieces.append(piece)
         for piece in pieces:
-            statement = _statement(piece, cued=True)
+            statement = _statement(_FULL_STOP.sub("", piece), cued=True)
             if statement:
                 statements.append(statement)
     return statements
@@ -229,9 +237,46 @@ def read_step(step: str, imaginary_i: bool = False) -> Stated:
             stated.quantities.setdefault((statement.kind,) + key, []).extend(v for v in values[1:] if v is not None)
         if values[-1] is not None:
             chain_result = values[-1]
+        if statement.kind == "chain":
+            stated.equations += [(e, c) for e in values if e is not None and e.symbols
+                                 for c in values if c is not None and not c.symbols]
+            stated.equation = _equation(values)
     stated.result = chain_result if chain_result is not None else standalone_result
     stated.values += [Value(((complex(n),) * SAMPLE_POINTS,)) for n in numbers_in(text)]
     return stated
+
+
+def _equation(values: list[Value | None]) -> tuple[Value, Value] | None:
+    """(expression in letters, constant) where a chain's first part is one and its last the other."""
+    first, last = values[0], values[-1]
+    if first is None or last is None or len(values) < 2:
+        return None
+    if first.symbols and not last.symbols:
+        return first, last
+    if last.symbols and not first.symbols:
+        return last, first
+    return None
+
+
+def gives_a_value(text: str, symbol: str) -> bool:
+    """Whether `text` writes `symbol = ...` with the letter alone on the left (`a = 13`, `\\(x_{1} = 2\\)`,
+    `y &= ...`, `\\(a\\) is 13`): a value the text may give it, which a step may substitute for it.
+    `a + b = 13` gives none."""
+    base, _, subscript = symbol.partition("_")
+    if len(base) != 1:  # a name latex2sympy made (\overline{AB}): taken as given
+        return True
+    names = [re.escape(base)] + [re.escape("\\" + name) + "(?![A-Za-z])" for name, letter in _GREEK.items()
+                                 if letter == base]
+    pattern = "(?:" + "|".join(names) + ")"
+    if subscript:
+        pattern += r"\s*_\s*(?:\{\s*" + re.escape(subscript) + r"\s*\}|" + re.escape(subscript) + ")"
+    closer = r"(?:\s*(?:\\\)|\$))?"  # \(a\) is 13
+    for match in re.finditer(r"(?<![\w\\])" + pattern + r"(?![\w{_])" + closer
+                             + r"\s*(?:&?\s*=(?!=)|(?:is|was|equals)\b)", text):
+        before = text[:match.start()].rstrip()
+        if not before.endswith(("+", "-", "*", "/", "^", "·", "×", "÷", "−", "\\cdot", "\\times")):
+            return True
+    return False
 
 
 _TEXT_ONLY = re.compile(r"\s*(?:«[^«»]*»\s*)+")
