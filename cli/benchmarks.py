@@ -181,7 +181,8 @@ def bench_soak(
     """A soak of `lookahead serve` on simulated servers: mixed and hostile clients, the servers killed or stalled."""
     from rich.console import Console
 
-    from lookahead_reasoning.eval.soak import SoakSettings, run_soak, soak_summary, soak_tables
+    from lookahead_reasoning.eval.soak import SoakSettings, run_soak
+    from lookahead_reasoning.eval.soak_report import soak_summary, soak_tables
 
     settings = validated(SoakSettings, duration_s=duration, clients=clients, fault_every_s=fault_every)
     report = run_soak(settings, out, say=lambda line: err.print(line, highlight=False))

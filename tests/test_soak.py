@@ -5,7 +5,9 @@ import json
 
 from cli_invoke import invoke
 
-from lookahead_reasoning.eval.soak import FAULTS, ROLES, Outcome, _drafting_recovery
+from lookahead_reasoning.eval.soak_clients import Outcome
+from lookahead_reasoning.eval.soak_report import _drafting_recovery
+from lookahead_reasoning.eval.soak_stack import FAULTS, ROLES
 
 
 def test_a_short_soak_loses_nothing_and_never_answers_500(capsys, tmp_path):
