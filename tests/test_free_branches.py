@@ -57,12 +57,15 @@ def _cpu_like(role: str, decode_s: float, **extra) -> SimConfig:
                      prefill_ms=0.02, batch_slope=0.0, step_tokens=15, step_tokens_max=50, steps=12, **extra)
 
 
+def free_branch_servers(sim_servers):
+    """Draft, target and judge shaped like bf16 CPU servers; the draft a tenth of the target's time per token,
+    the judge accepting 90 % of the drafts."""
+    return sim_servers(_cpu_like("draft", PER_TOKEN_S * 0.1), _cpu_like("target", PER_TOKEN_S),
+                       _cpu_like("judge", PER_TOKEN_S * 0.1, alpha=0.9, seed=5))
+
+
 def test_on_free_branches_the_policy_learns_b2_near_one_and_drafts_where_the_theory_says_it_pays(sim_servers):
-    with sim_servers(
-        _cpu_like("draft", PER_TOKEN_S * 0.1),
-        _cpu_like("target", PER_TOKEN_S),
-        _cpu_like("judge", PER_TOKEN_S * 0.1, alpha=0.9, seed=5),
-    ) as sims:
+    with free_branch_servers(sim_servers) as sims:
         config = LookaheadConfig(depth=4, adaptive_depth=True, max_tokens=100_000, max_step_tokens=60,
                                  verifier="llm-judge", verifier_threshold=0.8)
         reasoner = LookaheadReasoner(sims.endpoints(), config)

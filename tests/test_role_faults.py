@@ -58,13 +58,9 @@ def test_after_a_judge_stall_the_shared_policy_drafts_again_within_30_s_of_recov
     """The judge stalls for 20 s under four concurrent answers that share one policy (as `lookahead serve`
     shares it); each judge call gives up after 3 s. Once the judge answers again, drafting rounds return
     within 30 s."""
-    from test_free_branches import PER_TOKEN_S, _cpu_like
+    from test_free_branches import free_branch_servers
 
-    with sim_servers(
-        _cpu_like("draft", PER_TOKEN_S * 0.1),
-        _cpu_like("target", PER_TOKEN_S),
-        _cpu_like("judge", PER_TOKEN_S * 0.1, alpha=0.9, seed=5),
-    ) as sims:
+    with free_branch_servers(sim_servers) as sims:
         config = LookaheadConfig(depth=4, adaptive_depth=True, max_tokens=100_000, max_step_tokens=60,
                                  verifier="llm-judge", verifier_threshold=0.8, verifier_timeout_s=3.0)
         reasoner = LookaheadReasoner(sims.endpoints(), config)
