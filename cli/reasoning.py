@@ -117,14 +117,15 @@ def demo(
     from rich.console import Console
 
     from lookahead_reasoning.cli.display import RoundPrinter, print_answer, print_comparison, print_cost_story
-    from lookahead_reasoning.runtime.servers.launcher import ServerGroup
+    from lookahead_reasoning.runtime.servers.specs import LaunchSpec
+    from lookahead_reasoning.runtime.servers.starting import ServerGroup
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
 
-    group = ServerGroup(draft, target, device=device, log=lambda m: err.print(m))
+    group = ServerGroup(LaunchSpec(draft, target, device=device), log=lambda m: err.print(m))
     try:
         with err.status("preparing models and starting servers (about a minute per server on a CPU)…"):
             group.start()
-        if group.device == "cpu":
+        if group.plan.device == "cpu":
             err.print(
                 "[yellow]CPU mode: what the target's parallel branches, the draft and the judge cost depends on "
                 "the CPU (nearly free branches in bfloat16 on AMX, about linear in float32). The adaptive policy "

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -15,7 +12,7 @@ from lookahead_reasoning.cli.options import (
     Threshold, Verifier, Width, depth_options, endpoints_from, err, make_config, number_list,
 )
 from lookahead_reasoning.runtime.servers import offline_weights
-from lookahead_reasoning.runtime.servers.endpoints import default_endpoints_path, load_endpoints, save_endpoints
+from lookahead_reasoning.runtime.servers.endpoints import default_endpoints_path, load_endpoints
 from lookahead_reasoning.errors import LookaheadError, validated
 
 weights_app = typer.Typer(help="Offline weights for machines without the Hugging Face hub.", no_args_is_help=True)
@@ -62,53 +59,33 @@ def launch(
     sends requests to the others. --target-router-url URL uses a router you started
     (`python -m sglang_router.launch_router --worker-urls ...`) instead.
     """
-    from lookahead_reasoning.runtime.servers.launcher import ServerGroup
+    from lookahead_reasoning.runtime.servers.specs import LaunchSpec, RoleSpec
+    from lookahead_reasoning.runtime.servers.starting import ServerGroup
+    from lookahead_reasoning.runtime.servers.supervision import run_launch
 
-    port_list = number_list(ports, "ports", int, minimum=1) if ports else None
-    path = endpoints or default_endpoints_path()
-    group = ServerGroup(
-        draft, target, judge, device=device, target_server_args=target_server_args,
-        draft_server_args=draft_server_args, judge_server_args=judge_server_args, ports=port_list,
-        max_total_tokens=max_total_tokens, grammar_backend=grammar_backend, max_restarts=max_restarts,
-        restart_backoff_s=restart_backoff, log=lambda m: err.print(m, highlight=False, soft_wrap=True),
-        target_replicas=target_replicas, draft_replicas=draft_replicas, judge_replicas=judge_replicas,
-        router_policy=router_policy, router_args=router_args, target_router_url=target_router_url,
-        draft_router_url=draft_router_url, judge_router_url=judge_router_url, dtype=dtype,
+    launch_spec = LaunchSpec(
+        draft=RoleSpec(draft, draft_server_args, draft_replicas, draft_router_url),
+        target=RoleSpec(target, target_server_args, target_replicas, target_router_url),
+        judge=RoleSpec(judge, judge_server_args, judge_replicas, judge_router_url),
+        device=device, dtype=dtype, max_total_tokens=max_total_tokens, grammar_backend=grammar_backend,
+        router_policy=router_policy, router_args=router_args,
+        ports=number_list(ports, "ports", int, minimum=1) if ports else None,
     )
+    group = ServerGroup(launch_spec, log=lambda m: err.print(m, highlight=False, soft_wrap=True))
     if dry_run:
         print("\n".join(group.dry_run()))
         return
-    group.check_routers()  # a router given by URL that is down: one line, before anything starts
-    stopping = {"flag": False}
-
-    def on_signal(signum, frame):
-        if group.starting:  # Ctrl-C or `stop` during start-up: stop at once
-            raise KeyboardInterrupt
-        stopping["flag"] = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
-        written = group.start()
-        save_endpoints(written, path)
-        err.print(f"[green]servers ready[/]; endpoints written to {path}. Ctrl-C or `lookahead stop` stops them.")
-        while not stopping["flag"]:
-            group.supervise()
-            current = group.endpoints()
-            if current.restarting != written.restarting:  # readers (`serve`'s /health) see who is restarting
-                save_endpoints(current, path)
-                written = current
-            time.sleep(0.5)
-        err.print("stopping servers")
-    finally:
-        group.stop()
-        if path.exists() and load_endpoints(path).launcher_pid == os.getpid():
-            path.unlink()
+    run_launch(
+        group, endpoints or default_endpoints_path(), max_restarts=max_restarts, restart_backoff_s=restart_backoff,
+        on_ready=lambda path: err.print(f"[green]servers ready[/]; endpoints written to {path}. "
+                                        "Ctrl-C or `lookahead stop` stops them."),
+        on_stopping=lambda: err.print("stopping servers"),
+    )
 
 
 def stop(endpoints: EndpointsFile = None):
     """Stop the servers of a running `lookahead launch`."""
-    from lookahead_reasoning.runtime.servers.launcher import stop_launcher
+    from lookahead_reasoning.runtime.servers.supervision import stop_launcher
 
     stop_launcher(load_endpoints(endpoints or default_endpoints_path()))
     err.print("servers stopped")

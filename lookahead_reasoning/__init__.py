@@ -1,8 +1,9 @@
 """Lookahead Reasoning (arXiv 2506.19830) on SGLang.
 
 Subpackages: `programs` (SGLang frontend programs), `verifiers` (step equivalence),
-`runtime` (engines and policy; `runtime.servers`: launcher and connection; `runtime.serve`: the
-OpenAI-compatible frontend), `eval` (datasets, graders, reports), `cli` (the `lookahead` command).
+`runtime` (engines and policy; `runtime.servers`: server specs, starting, supervision and the
+connection; `runtime.serve`: the OpenAI-compatible frontend), `eval` (datasets, graders, reports),
+`cli` (the `lookahead` command).
 
 The names below are the Python API; they load on first use, since importing them
 imports SGLang.
@@ -16,7 +17,9 @@ _API = {
     "SamplingConfig": "lookahead_reasoning.runtime.config",
     "Endpoints": "lookahead_reasoning.runtime.servers.endpoints",
     "ServerAddress": "lookahead_reasoning.runtime.servers.endpoints",
-    "ServerGroup": "lookahead_reasoning.runtime.servers.launcher",
+    "LaunchSpec": "lookahead_reasoning.runtime.servers.specs",
+    "RoleSpec": "lookahead_reasoning.runtime.servers.specs",
+    "ServerGroup": "lookahead_reasoning.runtime.servers.starting",
     "LookaheadResult": "lookahead_reasoning.runtime.results",
     "LookaheadError": "lookahead_reasoning.errors",
 }

@@ -3,10 +3,11 @@
 
 def cpu_servers(tmp_path_factory, draft: str, target: str, startup_timeout_s: float = 300):
     """Real SGLang CPU servers through the project's launcher (the judge shares the target's); stopped after."""
-    from lookahead_reasoning.runtime.servers.launcher import ServerGroup
+    from lookahead_reasoning.runtime.servers.specs import LaunchSpec
+    from lookahead_reasoning.runtime.servers.starting import ServerGroup
 
     group = ServerGroup(
-        draft=draft, target=target, device="cpu", max_total_tokens=8192,
+        LaunchSpec(draft, target, device="cpu", max_total_tokens=8192),
         log_dir=tmp_path_factory.mktemp("server-logs"), startup_timeout_s=startup_timeout_s, log=lambda m: None,
     )
     with group:

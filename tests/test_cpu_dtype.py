@@ -6,9 +6,11 @@ import pytest
 
 from cli_invoke import invoke, one_line_error
 from lookahead_reasoning.errors import LookaheadError
-from lookahead_reasoning.runtime.servers import launcher
+from lookahead_reasoning.runtime.servers import specs
 from lookahead_reasoning.runtime.servers.cpu_dtype import bf16_unit, choose_cpu_dtype, cpu_flags
 from lookahead_reasoning.runtime.servers.endpoints import Endpoints, load_endpoints, save_endpoints
+from lookahead_reasoning.runtime.servers.specs import LaunchSpec, RoleSpec
+from lookahead_reasoning.runtime.servers.starting import ServerGroup
 
 AVX2_HOST = "fpu sse sse2 ssse3 sse4_1 sse4_2 avx avx2 fma".split()
 AVX512_HOST = [*AVX2_HOST, "avx512f", "avx512bw", "avx512_vnni"]  # AVX-512 without its bf16 extension
@@ -46,13 +48,14 @@ def test_flags_are_read_from_cpuinfo_and_a_missing_file_means_none(tmp_path):
     assert cpu_flags(tmp_path / "missing") == []
 
 
-def _group(monkeypatch, flags, log=None, device="cpu", **kwargs):
-    monkeypatch.setattr(launcher, "cpu_flags", lambda: flags)
-    return launcher.ServerGroup("tiny-draft", "tiny", device=device, log=log or (lambda m: None), **kwargs)
+def _group(monkeypatch, flags, log=None, device="cpu", draft_args="", target_args="", **kwargs):
+    monkeypatch.setattr(specs, "cpu_flags", lambda: flags)
+    launch = LaunchSpec(RoleSpec("tiny-draft", draft_args), RoleSpec("tiny", target_args), device=device, **kwargs)
+    return ServerGroup(launch, log=log or (lambda m: None))
 
 
 def _command(group, role="target"):
-    spec = next(s for s in group.specs if role in s.roles)
+    spec = next(s for s in group.plan.specs if role in s.roles)
     spec.model_path = "/models/" + spec.model
     return group.command(spec, 30000)
 
@@ -70,15 +73,15 @@ def test_cpu_command_has_the_detected_dtype_once(monkeypatch):
 
 @pytest.mark.parametrize("args", ["--dtype float32", "--dtype=float32"])
 def test_a_dtype_in_the_server_args_wins_and_is_passed_once(monkeypatch, args):
-    group = _group(monkeypatch, AMX_HOST, target_server_args=args, dtype="bfloat16")
+    group = _group(monkeypatch, AMX_HOST, target_args=args, dtype="bfloat16")
     assert _dtypes(_command(group, "target")) == ["float32"]
-    assert str(group.dtype_choice(group.specs[0])) == "float32 (given in the server args)"
+    assert str(group.plan.dtype_choice(group.plan.specs[0])) == "float32 (given in the server args)"
     assert _dtypes(_command(group, "draft")) == ["bfloat16"]  # the draft's args give none
 
 
 def test_bfloat16_on_a_cpu_without_a_native_unit_warns_once_per_server(monkeypatch):
     logged = []
-    _group(monkeypatch, AVX2_HOST, log=logged.append, draft_server_args="--dtype bfloat16")
+    _group(monkeypatch, AVX2_HOST, log=logged.append, draft_args="--dtype bfloat16")
     assert len(logged) == 1 and logged[0].startswith("draft: warning: bfloat16") and "emulated" in logged[0]
     logged.clear()
     _group(monkeypatch, AVX2_HOST, log=logged.append)  # auto: float32, nothing to warn about
@@ -96,13 +99,13 @@ def test_gpu_servers_get_no_dtype_and_refuse_a_cpu_dtype(monkeypatch):
 
 
 def test_dry_run_shows_the_dtype_and_why(monkeypatch, capsys):
-    monkeypatch.setattr(launcher, "cpu_flags", lambda: AMX_HOST)
+    monkeypatch.setattr(specs, "cpu_flags", lambda: AMX_HOST)
     out = invoke(capsys, "launch", "--draft", "tiny-draft", "--target", "tiny", "--device", "cpu", "--dry-run")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == "# target+judge server (tiny)" and lines[1] == "# dtype: bfloat16 (CPU has AMX-BF16)"
     assert "--device cpu --dtype bfloat16 --disable-overlap-schedule" in lines[2]
-    monkeypatch.setattr(launcher, "cpu_flags", lambda: AVX2_HOST)
+    monkeypatch.setattr(specs, "cpu_flags", lambda: AVX2_HOST)
     slow = invoke(capsys, "launch", "--draft", "tiny-draft", "--target", "tiny", "--device", "cpu",
                   "--dtype", "bfloat16", "--dry-run")
     assert "# dtype: bfloat16 (asked with --dtype)" in slow.stdout.splitlines()
@@ -117,7 +120,7 @@ def test_dry_run_shows_the_dtype_and_why(monkeypatch, capsys):
 
 
 def test_endpoints_file_records_each_roles_dtype_and_loads_old_files(monkeypatch, tmp_path):
-    group = _group(monkeypatch, AMX_HOST, draft_server_args="--dtype float32")
+    group = _group(monkeypatch, AMX_HOST, draft_args="--dtype float32")
     written = group.endpoints()
     assert (written.target.dtype, written.judge.dtype, written.draft.dtype) == ("bfloat16", "bfloat16", "float32")
     path = tmp_path / "endpoints.json"

@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 
 from cli_invoke import invoke
-from lookahead_reasoning.runtime.servers import launcher
+from lookahead_reasoning.runtime.servers.specs import LaunchSpec
+from lookahead_reasoning.runtime.servers.starting import ServerGroup
 from lookahead_reasoning.runtime.servers.server_models import cpu_stub_dir
 
 
 def _group(device="cpu"):
-    return launcher.ServerGroup("tiny-draft", "tiny", device=device, log=lambda m: None)
+    return ServerGroup(LaunchSpec("tiny-draft", "tiny", device=device), log=lambda m: None)
 
 
 def test_cpu_servers_get_passive_openmp_threads_the_engine_and_the_stub(monkeypatch):

@@ -10,8 +10,9 @@ import socket
 import pytest
 
 from lookahead_reasoning.errors import LookaheadError
-from lookahead_reasoning.runtime.servers import launcher, processes
-from lookahead_reasoning.runtime.servers.launcher import ServerGroup
+from lookahead_reasoning.runtime.servers import processes, starting
+from lookahead_reasoning.runtime.servers.specs import LaunchSpec
+from lookahead_reasoning.runtime.servers.starting import ServerGroup
 from lookahead_reasoning.runtime.servers.processes import answers
 
 pytestmark = pytest.mark.server
@@ -27,8 +28,8 @@ def _listening(port: int = 0) -> socket.socket:
 
 def _group(tmp_path, messages: list[str], **kwargs) -> ServerGroup:
     # one server: the tiny model serves all three roles
-    return ServerGroup(draft="tiny", target="tiny", device="cpu", max_total_tokens=8192, log_dir=tmp_path,
-                       startup_timeout_s=300, log=messages.append, **kwargs)
+    return ServerGroup(LaunchSpec("tiny", "tiny", device="cpu", max_total_tokens=8192, **kwargs), log_dir=tmp_path,
+                       startup_timeout_s=300, log=messages.append)
 
 
 def test_a_chosen_port_taken_while_the_server_starts_is_replaced(tmp_path, monkeypatch):
@@ -36,7 +37,7 @@ def test_a_chosen_port_taken_while_the_server_starts_is_replaced(tmp_path, monke
     with _listening() as holder:
         taken = holder.getsockname()[1]
         chosen = iter([taken])
-        monkeypatch.setattr(launcher, "free_port", lambda: next(chosen, None) or processes.free_port())
+        monkeypatch.setattr(starting, "free_port", lambda: next(chosen, None) or processes.free_port())
         with _group(tmp_path, messages) as group:
             url = group.endpoints().target.url
             assert url != f"http://127.0.0.1:{taken}"

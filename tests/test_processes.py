@@ -11,7 +11,7 @@ from cli_invoke import invoke, one_line_error
 
 from lookahead_reasoning.errors import LookaheadError
 from lookahead_reasoning.runtime.servers.endpoints import ServerAddress, Endpoints
-from lookahead_reasoning.runtime.servers.launcher import stop_launcher
+from lookahead_reasoning.runtime.servers.supervision import stop_launcher
 from lookahead_reasoning.runtime.servers.processes import UvicornThread, free_port, port_in_use, process_start_time
 
 
