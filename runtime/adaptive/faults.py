@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 FAULT_RETRY_S = 10.0  # while a role is down, one answer drafts this long after the last retry or fault
-ROLES = ("draft", "verifier")
 
 
 class RoleFaults:
