@@ -1,16 +1,14 @@
-"""One answer being written: its text, statistics and round log (AnswerState), and what a round's requests
-did before the acceptance walk's outcome makes it a RoundRecord (RoundWork)."""
+"""One answer being written: its text, statistics and round log."""
 
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Callable, Literal
 
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.branches import Branch
 from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate
-from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, StepRecord, TraceSpan
+from lookahead_reasoning.runtime.results import LookaheadResult, RoundRecord, StepRecord, TraceSpan
 from lookahead_reasoning.runtime.stats import RunMetrics
 
 from lookahead_reasoning.errors import first_line
@@ -20,34 +18,6 @@ def server_s(times: list[float | None], combine: Callable[[list[float]], float])
     """Requests' server times combined (max: a fork's longest; mean: a pipeline's steps); None unless every one
     is known."""
     return None if not times or None in times else combine(times)
-
-
-@dataclass
-class RoundWork:
-    """What a round's requests did (times, token counts, the judged pairs); with the acceptance walk's
-    outcome it becomes the round's RoundRecord (results.py, where each field is described)."""
-
-    depth: int
-    started: float
-    judged: list[JudgedDraft] = field(default_factory=list)
-    draft_s: float = 0.0
-    target_s: float = 0.0
-    target_server_s: float | None = None
-    verify_s: float = 0.0
-    branches: int = 1
-    probe_tokens: int = 0
-    measuring: bool = False
-    target_steps: int = 1
-    width: int = 1
-    target_tokens: int = 0
-    target_tokens_all: int = 0
-    target_others: float | None = None
-    draft_tokens: int = 0
-    draft_steps: int = 0
-    branch_tokens: list[int] = field(default_factory=list)
-    first_candidates: int | None = None  # None: the walk's accepted count (a chain)
-    spans: list[TraceSpan] = field(default_factory=list)
-    decided_s: float | None = None
 
 
 class AnswerState:

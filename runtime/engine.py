@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from lookahead_reasoning.errors import Cancelled, LookaheadError, ServerFailure, TimeLimitExceeded, target_failed
 from lookahead_reasoning.programs.step_types import StepOutput, split_steps
 from lookahead_reasoning.runtime.acceptance import AcceptanceWalk, step_tokens
-from lookahead_reasoning.runtime.answer_state import AnswerState, RoundWork, server_s
+from lookahead_reasoning.runtime.answer_state import AnswerState, server_s
 from lookahead_reasoning.runtime.branches import start_branch, supports_streaming
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.adaptive.depth import DepthPolicy, RoundPlan, make_depth_policy
@@ -215,7 +215,8 @@ class Engine:
         # drafted nothing and sent it itself. A drafting round's branches start at different moments (t_0 while
         # the draft writes, a handed-on one a round earlier), so its fork time is not the time of its tokens.
         lone = fork.branches[ROOT] if fresh and not tree.nodes and fork.branches[ROOT].ended else None
-        return self._finish_round(state, walk, RoundWork(
+        return self._finish_round(
+            state, walk,
             depth=plan.depth, started=started, judged=judged, draft_s=draft_s,
             target_s=lone.ended - lone.started if lone else max(0.0, fork.decided - t1 - fork.verify_s),
             target_server_s=fork.target_after[ROOT].server_s if lone else None,
@@ -224,7 +225,7 @@ class Engine:
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes), draft_steps=len(tree.nodes),
             branch_tokens=waited, spans=streamed_spans(state, tree, fork, started, draft_s),
             decided_s=state.clock(fork.decided),
-        ))
+        )
 
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -265,13 +266,15 @@ class Engine:
         steps = split_steps(output, self.config.delimiter)
         walk = self._walk(state)
         walk.keep_targets(steps)
-        return self._finish_round(state, walk, RoundWork(
-            depth=0, started=started, target_s=time.perf_counter() - t1, target_tokens=output.completion_tokens,
+        return self._finish_round(
+            state, walk,
+            depth=0, started=started, judged=[], draft_s=0.0, verify_s=0.0, branches=1,
+            target_s=time.perf_counter() - t1, target_tokens=output.completion_tokens,
             target_steps=len(steps), target_tokens_all=output.completion_tokens, target_others=load.others,
             target_server_s=output.server_s,
             spans=[state.span("target", f"{len(steps)} steps in one request", t1, time.perf_counter(),
                               output.completion_tokens, "kept")],
-        ))
+        )
 
     def _verify_round(
         self, state: AnswerState, tree: DraftTree, plan: RoundPlan, cap: int, draft_s: float, started: float, bonus: bool,
@@ -294,7 +297,8 @@ class Engine:
             for i, v in sorted(verdicts.items())
         ]
         returned, outputs = fork.returned, fork.outputs
-        return self._finish_round(state, walk, RoundWork(
+        return self._finish_round(
+            state, walk,
             depth=plan.depth, started=started, judged=judged, draft_s=draft_s, target_s=fork.ended - fork.started,
             target_server_s=server_s([t.server_s for t in outputs], max), verify_s=verify_s,
             branches=len(fork.branches), target_tokens=max(t.completion_tokens for t in returned),
@@ -306,7 +310,7 @@ class Engine:
             spans=batched_spans(state, tree, started, draft_s, fork.started, fork.ended, verify_s, outputs,
                                 len(judged)),
             decided_s=state.clock(fork.ended + verify_s),
-        ))
+        )
 
     def _batched_fork(self, state: AnswerState, tree: DraftTree, cap: int, bonus: bool,
                       probe_tokens: int) -> BatchedFork:
@@ -336,16 +340,15 @@ class Engine:
         pairs = [(target_after[tree.nodes[i].parent].text, tree.nodes[i].step.text) for i in judgeable]
         return dict(zip(judgeable, self.verify(state, pairs))), time.perf_counter() - started
 
-    def _finish_round(self, state: AnswerState, walk: AcceptanceWalk, work: RoundWork) -> RoundRecord:
-        """Record the round's walk, count it, append its kept steps to the run, log it and report it."""
-        fields = asdict(work)
-        fields["judged"] = work.judged  # the models themselves, not asdict's copies as dicts
-        if work.first_candidates is None:
-            fields["first_candidates"] = walk.accepted
+    def _finish_round(self, state: AnswerState, walk: AcceptanceWalk, **measured) -> RoundRecord:
+        """Record the round's walk, count it, append its kept steps to the run, log it and report it.
+
+        `measured`: what the round's requests did (RoundRecord's fields up to the walk's outcome)."""
+        measured.setdefault("first_candidates", walk.accepted)  # a chain: every accepted position was a first candidate
         record = RoundRecord(
-            **fields, index=len(state.log), accepted=walk.accepted, positions=walk.positions, kept=walk.kept,
+            **measured, index=len(state.log), accepted=walk.accepted, positions=walk.positions, kept=walk.kept,
             finished=bool(walk.outputs) and walk.outputs[-1].ending == "eos",
-            wall_s=time.perf_counter() - work.started,
+            wall_s=time.perf_counter() - measured["started"],
             output_tokens=sum(step_tokens(o) for o in walk.outputs), faults=state.faults,
         )
         state.faults = []
@@ -420,7 +423,8 @@ class AsyncEngine(Engine):
     def _chain_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         walk = self._walk(state)
         judged, pipe, verify_s = run_chain_round(self, state, walk, plan.depth, self._cap(state), state.pool)
-        return self._finish_round(state, walk, RoundWork(
+        return self._finish_round(
+            state, walk,
             depth=plan.depth, started=started, judged=judged, draft_s=sum(pipe.draft_times),
             target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
             target_server_s=server_s(pipe.target_server_times, statistics.mean),
@@ -430,7 +434,7 @@ class AsyncEngine(Engine):
             branch_tokens=list(pipe.target_tokens),
             target_others=statistics.mean(pipe.target_others) if pipe.target_others else None,
             spans=pipeline_spans(state, pipe, walk), decided_s=state.clock(time.perf_counter()),
-        ))
+        )
 
     def _timed_draft(self, prefix: str, plan: RoundPlan, cap: int) -> tuple[DraftTree, float]:
         t0 = time.perf_counter()

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 import pytest
 
 from lookahead_reasoning.runtime.adaptive.client_cpu import MIN_SPAN_S, WINDOW_S, ClientCpu
-from lookahead_reasoning.runtime.adaptive.governor import CLIENT_CORES_TO_NARROW, CLIENT_CORES_TO_WIDEN
+from lookahead_reasoning.runtime.adaptive.tuning import CLIENT_CORES_TO_NARROW, CLIENT_CORES_TO_WIDEN
 from scripted_rounds import T, answers_in_threads, shared_policy, timed
 
 

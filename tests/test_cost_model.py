@@ -4,7 +4,9 @@ import random
 
 import pytest
 
-from lookahead_reasoning.runtime.adaptive.cost_model import MAX_SLOPE, CostModel
+from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
+
+from lookahead_reasoning.runtime.adaptive.tuning import MAX_SLOPE
 
 
 def test_estimates_from_scripted_timings():

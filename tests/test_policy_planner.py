@@ -3,8 +3,9 @@
 import pytest
 
 from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth
-from lookahead_reasoning.runtime.adaptive.probes import PROBE_BUDGET, PROBE_SHARE
-from lookahead_reasoning.runtime.adaptive.stretches import AR_STRETCH_STEPS, stretch
+from lookahead_reasoning.runtime.adaptive.tuning import PROBE_BUDGET, PROBE_SHARE
+from lookahead_reasoning.runtime.adaptive.stretches import stretch
+from lookahead_reasoning.runtime.adaptive.tuning import AR_STRETCH_STEPS
 from scripted_rounds import TOKENS, T, fitted_costs, learn, round_record
 
 
@@ -180,7 +181,8 @@ def test_the_planner_plans_from_the_estimates_it_is_given():
 
 
 def test_trees_are_capped_where_their_leaves_would_pass_the_node_budget():
-    from lookahead_reasoning.runtime.adaptive.planner import TREE_NODE_BUDGET, depth_limit
+    from lookahead_reasoning.runtime.adaptive.planner import depth_limit
+    from lookahead_reasoning.runtime.adaptive.tuning import TREE_NODE_BUDGET
 
     assert TREE_NODE_BUDGET == 16
     assert depth_limit(8, 1) == 8 and depth_limit(8, 2) == 4 and depth_limit(8, 4) == 2 and depth_limit(3, 2) == 3
@@ -205,7 +207,8 @@ def test_the_demo_names_the_draft_as_the_reason_where_branches_are_free_but_ar_w
 def test_streamed_rounds_are_priced_by_a_replay_of_the_runs_own_step_lengths():
     """Rule 4 for rounds that end at their decision: once REPLAY_STEPS lengths are known, a round of γ is priced
     by the replay of those lengths (round_rules.py), not by the equal-step theory; before that, by the theory."""
-    from lookahead_reasoning.runtime.adaptive.planner import REPLAY_DRAWS, REPLAY_STEPS, Estimates, Planner
+    from lookahead_reasoning.runtime.adaptive.planner import Estimates, Planner
+    from lookahead_reasoning.runtime.adaptive.tuning import REPLAY_DRAWS, REPLAY_STEPS
     from lookahead_reasoning.runtime.adaptive.round_rules import RuleCosts, speedup
 
     def estimates(costs):

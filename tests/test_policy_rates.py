@@ -4,7 +4,7 @@ import pytest
 
 from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth
 from lookahead_reasoning.runtime.adaptive.rates import MeasuredRates
-from lookahead_reasoning.runtime.adaptive.stretches import AR_STRETCH_STEPS
+from lookahead_reasoning.runtime.adaptive.tuning import AR_STRETCH_STEPS
 from scripted_rounds import TOKENS, T, learn, round_record, timed
 
 

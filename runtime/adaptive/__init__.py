@@ -17,4 +17,5 @@ and tell it what each round did; nothing else in the runtime plans.
 - client_cpu.py: the client's own CPU, which drafting rounds share
 - theory.py: the expected speedup of a round shape at equal step lengths
 - round_rules.py: the timelines of each round rule (longest, decision, async) replayed on real step lengths
+- tuning.py: the tuned constants, each with the measurement that checks it
 """

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 
-ALPHA_SLOW_FORGET = 0.99  # per round of each answer: α̂'s long memory, kept while recent rounds agree with it
-ALPHA_SHIFT_Z = 3.0  # recent rounds this many standard errors away from it: acceptance changed, the memory restarts
+from lookahead_reasoning.runtime.adaptive.tuning import ALPHA_SHIFT_Z
+
 
 
 class AcceptanceTally:

@@ -22,23 +22,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import lsq_linear
 
-MAX_SLOPE = 1.5
-MIN_LENGTH_SPREAD = 0.2  # 1/L varies at least this much (std / mean, apart from the loads) for o to be fitted
-MIN_LOAD_SPREAD = 0.05  # the loads vary at least this much (std / mean of 1 + x) for the slope to be fitted
+from lookahead_reasoning.runtime.adaptive.tuning import (
+    FIT_BEFORE_WEIGHTS, FIT_SLOW_FORGET, INLIER_SCALES, MAX_SLOPE, MAX_SLOPE_ERROR, MIN_LENGTH_SPREAD,
+    MIN_LOAD_SPREAD, RESIDUAL_CLIP, RESIDUAL_FLOOR, RESIDUAL_FORGET,
+)
+
 MAX_ROWS = 4096  # rows kept at most; older ones, and those weighing under MIN_ROW_WEIGHT in both memories, go
 MIN_ROW_WEIGHT = 1e-9
 SAVED_ROWS = 512  # the most recent rows a saved state keeps
-SLOW_FORGET = 0.98  # per round of each answer: the slow memory, which the time alone comes from where loads barely vary
-MAX_SLOPE_ERROR = 0.1  # the slope's standard error (in s) under which a fit over barely varying loads is trusted
-# outliers (see `TargetFit._inlier_weight`): a request whose time per token lies more than INLIER_SCALES typical
-# residuals from the fit counts (that / its residual)² as much; the typical residual is at least RESIDUAL_FLOOR of
-# the prediction, forgets RESIDUAL_FORGET per round of each answer (faster than the fit, so that a change that lasts
-# soon becomes typical), and each residual moves it by at most RESIDUAL_CLIP times itself
-INLIER_SCALES = 2.0
-RESIDUAL_FLOOR = 0.05
-RESIDUAL_FORGET = 0.5
-RESIDUAL_CLIP = 3.0
-FIT_BEFORE_WEIGHTS = 10  # observations before the fit weighs them
 
 Fit = tuple[float | None, float | None, float]  # (t₁, u, o); None where the data cannot tell
 
@@ -194,7 +185,7 @@ class TargetFit:
 
     def __init__(self, forget: float) -> None:
         self.forget = forget
-        self._rows = Rows()  # the timed target requests, in a fast (`forget`) and a slow (SLOW_FORGET) memory
+        self._rows = Rows()  # the timed target requests, in a fast (`forget`) and a slow (FIT_SLOW_FORGET) memory
         self._alone = Average()  # seconds per token of requests with nothing else in flight (x = 0)
         self._residual = Average()  # the typical |residual| of a request's seconds per token from the fit
         self._client = Average()  # a request's seconds in the client beyond the server's own time
@@ -237,7 +228,7 @@ class TargetFit:
         """A request of `tokens` tokens beside `x` others took `seconds` (`server_seconds` by the server's own
         clock, where it says); `steps`: the steps it wrote; `answers`: the answers sharing the model."""
         y = (server_seconds or seconds) / tokens
-        forget, slow = per_answer(self.forget, answers), per_answer(SLOW_FORGET, answers)
+        forget, slow = per_answer(self.forget, answers), per_answer(FIT_SLOW_FORGET, answers)
         weight = self._inlier_weight(x, tokens, y, server_seconds is not None, per_answer(RESIDUAL_FORGET, answers))
         if server_seconds is not None:
             self._client.add(max(0.0, seconds - server_seconds), forget)
@@ -285,7 +276,7 @@ class TargetFit:
         self._fitted = t1, per_request, overhead + (self._client.value or 0.0)
         tokens = self._step_tokens.value
         if measured and t1 is not None and per_request is not None and tokens:
-            self._measured_slope.add(per_request * tokens / (overhead + tokens * t1), per_answer(SLOW_FORGET, answers))
+            self._measured_slope.add(per_request * tokens / (overhead + tokens * t1), per_answer(FIT_SLOW_FORGET, answers))
 
     def _least_squares(self) -> tuple[float | None, float | None, float, bool]:
         """(t₁, u, o, whether these data measured u), by the rules of the module docstring: the recent fit

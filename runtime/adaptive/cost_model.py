@@ -37,7 +37,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from lookahead_reasoning.files import cache_dir, write_atomically
-from lookahead_reasoning.runtime.adaptive.cost_fit import MAX_SLOPE, Average, Fit, TargetFit, per_answer
+from lookahead_reasoning.runtime.adaptive.cost_fit import Average, Fit, TargetFit, per_answer
+from lookahead_reasoning.runtime.adaptive.tuning import MAX_SLOPE
 from lookahead_reasoning.runtime.adaptive.step_lengths import StepLengths
 
 __all__ = ["MAX_SLOPE", "CostEstimate", "CostModel", "load_costs", "per_answer", "save_costs"]

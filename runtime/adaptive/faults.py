@@ -14,7 +14,8 @@
 
 from __future__ import annotations
 
-FAULT_RETRY_S = 10.0  # while a role is down, one answer drafts this long after the last retry or fault
+from lookahead_reasoning.runtime.adaptive.tuning import FAULT_RETRY_S
+
 
 
 class RoleFaults:

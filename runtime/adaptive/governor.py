@@ -22,11 +22,9 @@ import math
 import time
 
 from lookahead_reasoning.runtime.adaptive.client_cpu import ClientCpu
-from lookahead_reasoning.runtime.adaptive.rates import GAIN_TO_DRAFT
+from lookahead_reasoning.runtime.adaptive.tuning import GAIN_TO_DRAFT
+from lookahead_reasoning.runtime.adaptive.tuning import CLIENT_CORES_TO_NARROW, CLIENT_CORES_TO_WIDEN, GAIN_TO_WIDEN
 
-GAIN_TO_WIDEN = 1.06  # drafting rounds measured at least this fast against AR: twice the answers may draft at once
-CLIENT_CORES_TO_WIDEN = 0.8  # the client's CPU (cores) under which the drafting slots may widen...
-CLIENT_CORES_TO_NARROW = 0.9  # ...and over which they halve
 
 
 class DraftSlots:

@@ -31,16 +31,13 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
-from lookahead_reasoning.runtime.adaptive.rates import GAIN_TO_DRAFT
+from lookahead_reasoning.runtime.adaptive.tuning import GAIN_TO_DRAFT
 from lookahead_reasoning.runtime.adaptive.round_plan import RoundPlan
 from lookahead_reasoning.runtime.adaptive.round_rules import RuleCosts
 from lookahead_reasoning.runtime.adaptive.round_rules import speedup as replayed_speedup
 from lookahead_reasoning.runtime.adaptive.theory import engine_speedup, round_steps, tree_branches
+from lookahead_reasoning.runtime.adaptive.tuning import CEILING_MARGIN, REPLAY_DRAWS, REPLAY_STEPS, TREE_NODE_BUDGET
 
-CEILING_MARGIN = 1.15  # drafting is tried only if free, always accepted drafts would beat AR by more than this
-TREE_NODE_BUDGET = 16  # leaves; the drafting itself is capped by LookaheadConfig.max_tree_nodes
-REPLAY_STEPS = 8  # step lengths seen before streamed rounds are priced by a replay of them (rule 4)
-REPLAY_DRAWS = 8  # seeded draws of the verdicts per replayed price
 
 
 def depth_limit(max_depth: int, width: int) -> int:

@@ -28,12 +28,10 @@ from collections.abc import Callable
 
 from lookahead_reasoning.runtime.adaptive.planner import Estimates, Plan, Planner
 from lookahead_reasoning.runtime.adaptive.round_plan import RoundPlan
+from lookahead_reasoning.runtime.adaptive.tuning import (
+    PROBE_BACKOFF, PROBE_BUDGET, PROBE_MIN_TOKENS, PROBE_SHARE, PROBE_SPACING,
+)
 
-PROBE_BUDGET = 0.02  # share of the time that probes may cost while AR wins
-PROBE_SHARE = 1.0  # a fork probe's extra branch writes this share of a step (at least PROBE_MIN_TOKENS)
-PROBE_MIN_TOKENS = 4
-PROBE_SPACING = (6, 400)  # AR steps between probes: at least, at most
-PROBE_BACKOFF = 8  # fork probes' spacing doubles, up to this many times the budget's, while they leave the model at AR
 
 
 def spacing_for(loss: float) -> int:

@@ -17,10 +17,8 @@ few drafting answers among answers at AR get more than their share of the client
 
 from __future__ import annotations
 
-GAIN_TO_DRAFT = 1.03  # drafting rounds measured slower than this against AR rounds (tokens/s): run AR
-STALE_FORGET = 0.98  # per round of the other kind (of each answer): a measurement of AR or drafting rounds ages
-STALE_RENEW = 0.9  # one answer alone: a drafting rate aged below this is renewed by the next drafting round...
-STALE_WEIGHT = 0.5  # ...where what it held counts at most this share of that round's own time
+from lookahead_reasoning.runtime.adaptive.tuning import STALE_FORGET, STALE_RENEW, STALE_WEIGHT
+
 KINDS = ("ar", "draft")
 
 

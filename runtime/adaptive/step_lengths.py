@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections import deque
 
-KEEP = 64  # recent steps the estimate rests on
+from lookahead_reasoning.runtime.adaptive.tuning import STEP_LENGTH_MEMORY
+
 
 
 def expected_longest(lengths: list[float], n: int) -> float:
@@ -27,7 +28,7 @@ class StepLengths:
     The planner asks for the longest of n for every γ it weighs, so the sorted lengths are kept until a step
     is added."""
 
-    def __init__(self, keep: int = KEEP):
+    def __init__(self, keep: int = STEP_LENGTH_MEMORY):
         self._recent: deque[int] = deque(maxlen=keep)
         self._sorted: list[int] | None = None
 

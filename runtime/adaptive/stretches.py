@@ -16,11 +16,10 @@ from __future__ import annotations
 import math
 
 from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
+from lookahead_reasoning.runtime.adaptive.tuning import (
+    AR_STRETCH_SECONDS, AR_STRETCH_STEPS, RATIONED_OVERHEAD, STRETCH_OVERHEAD,
+)
 
-AR_STRETCH_STEPS = 8  # the fewest steps an AR round writes in one request while AR wins
-AR_STRETCH_SECONDS = 60.0  # ...and about this long at most, so that the answer stays responsive
-STRETCH_OVERHEAD = 0.02  # ...but more steps where a request's fixed cost would be more than this share of it
-RATIONED_OVERHEAD = 0.04  # an answer the drafting slots leave out writes the fewest steps that keep it within this
 
 
 def stretch(costs: CostModel, seconds_left: float | None = None, rationed: bool = False) -> tuple[int, int]:
