@@ -361,7 +361,7 @@ class LookaheadEndpoint(RuntimeEndpoint):
         """Several single requests at once, answered in their order. On an error or Ctrl-C the others are
         not waited for (on a CPU they can take minutes); each ends within the timeout."""
         if len(requests_) <= 1:
-            return [self._generate(data) for data in requests_]
+            return list(map(self._generate, requests_))
         pool = ThreadPoolExecutor(max_workers=min(len(requests_), 64))
         try:
             return list(pool.map(self._generate, requests_))

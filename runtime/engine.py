@@ -127,11 +127,23 @@ class Engine:
         return self.continue_from(render_prompt(self.models, question))
 
     def continue_from(self, prompt: str) -> LookaheadResult:
-        """Reason on from `prompt` (already in the target's chat template) until EOS or the token cap."""
+        """Reason on from `prompt` (already in the target's chat template) until EOS or the token cap: every
+        engine's rounds, each planned, then an AR stretch or a drafting round."""
         state = AnswerState(prompt)
         self.policy.answer_started()
         try:
-            self._loop(state, self.policy)
+            while True:
+                self._check_deadline()
+                started = time.perf_counter()
+                plan = self._plan(state, self.policy)
+                if state.handed_on is not None and not self._streams(plan):
+                    record = self._streamed_round(state, RoundPlan(0), started)  # keep the running target step first
+                elif plan.stretch_tokens:
+                    record = self._ar_stretch(state, plan.stretch_tokens, started)
+                else:
+                    record = self._drafting_round(state, plan, started)
+                if self._done(state, record):
+                    break
         finally:
             if state.handed_on is not None:  # the answer ended (EOS, the token cap, an error) before its next round
                 state.handed_on.abort()
@@ -139,21 +151,6 @@ class Engine:
             state.pool.shutdown(wait=False, cancel_futures=True)
             self.policy.answer_finished()
         return state.result(self.policy.cost_estimate())
-
-    def _loop(self, state: AnswerState, policy: DepthPolicy) -> None:
-        """Every engine's rounds: plan, then an AR stretch or a drafting round, until EOS or the token cap."""
-        while True:
-            self._check_deadline()
-            started = time.perf_counter()
-            plan = self._plan(state, policy)
-            if state.handed_on is not None and not self._streams(plan):
-                record = self._streamed_round(state, RoundPlan(0), started)  # keep the running target step first
-            elif plan.stretch_tokens:
-                record = self._ar_stretch(state, plan.stretch_tokens, started)
-            else:
-                record = self._drafting_round(state, plan, started)
-            if self._done(state, record):
-                return
 
     def _drafting_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         """One round that drafts `plan.depth` steps (none for an AR round of one step) and verifies them."""
