@@ -97,7 +97,7 @@ class BatchedFork:
 
 
 class Engine:
-    """The round skeleton (`_loop`) and its shared machinery; subclasses decide how a drafting round runs."""
+    """The round skeleton (`continue_from`) and its shared machinery; subclasses decide how a drafting round runs."""
 
     mode = "sync"
 
