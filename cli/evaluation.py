@@ -161,18 +161,21 @@ def eval_command(
 
 
 def report_command(
-    folder: Path = typer.Argument(..., help="a results folder written by `lookahead eval --out` (complete or not)"),
+    folders: list[Path] = typer.Argument(..., help="results folders written by `lookahead eval --out` (complete or "
+                                                   "not); several are pooled into one report"),
     baseline: str = typer.Option("ar", help="the method the accuracy differences and speedups are against "
                                             "(e.g. lr-random: what the verifier keeps)"),
+    out: Optional[Path] = typer.Option(None, help="where a report over several folders goes"),
 ):
     """Print the report of a results folder and rewrite its report files (report.md, .json, .png; against
-    another baseline B: report-vs-B.md, .json, .png)."""
-    from lookahead_reasoning.eval.report import markdown_report, report_folder, report_stem
+    another baseline B: report-vs-B.md, .json, .png). Several folders (one dataset and the same models, no
+    problem in two) are pooled into one report in --out; its notes name the settings they differ in."""
+    from lookahead_reasoning.eval.report import markdown_report, report_folders, report_stem
 
-    summaries, title, notes = report_folder(folder, baseline)
+    summaries, title, notes = report_folders(folders, baseline, out)
     print(markdown_report(summaries, title, notes))
-    stem = report_stem(baseline)
-    err.print(f"report in {folder / (stem + '.md')}, {stem}.json, {stem}.png")
+    stem, written = report_stem(baseline), out or folders[0]
+    err.print(f"report in {written / (stem + '.md')}, {stem}.json, {stem}.png")
 
 
 def sweep_command(

@@ -217,25 +217,60 @@ def kept_records(records: list[EvalRecord], ar_finishes: bool) -> list[EvalRecor
     return [r for r in records if r.problem_id in answered - cut]
 
 
-def report_folder(folder: Path, baseline: str = "ar") -> tuple[list[MethodSummary], str, list[str]]:
-    """Rebuild a results folder's report (complete or not) against `baseline`: its summaries, title and notes."""
+def _folder_records(folder: Path) -> tuple[dict, list[EvalRecord]]:
+    """A results folder's pinned settings (eval.json, {} without one) and its kept records."""
     from lookahead_reasoning.eval.records import ResultStore, read_pin
 
     pin_path, results = folder / "eval.json", folder / "results.jsonl"
     if not results.exists():
         raise LookaheadError(f"{folder} holds no results.jsonl (the folder `lookahead eval --out` wrote)")
     pinned = read_pin(pin_path) if pin_path.exists() else {}
-    records = kept_records(list(ResultStore(results).load().values()), bool(pinned.get("ar_finishes")))
-    methods = list(dict.fromkeys(pinned.get("methods", []) + [r.method for r in records]))
+    return pinned, kept_records(list(ResultStore(results).load().values()), bool(pinned.get("ar_finishes")))
+
+
+def _differences(pins: list[dict]) -> list[str]:
+    """The engine settings in which pooled folders differ, as `name a / b`."""
+    configs = [pin.get("config", {}) for pin in pins]
+    keys = sorted({key for config in configs for key in config})
+    return [f"{key} {' / '.join(str(c.get(key)) for c in configs)}" for key in keys
+            if len({json.dumps(c.get(key), sort_keys=True) for c in configs}) > 1]
+
+
+def report_folders(folders: list[Path], baseline: str = "ar",
+                   out: Path | None = None) -> tuple[list[MethodSummary], str, list[str]]:
+    """Rebuild the report of a results folder (complete or not) against `baseline`, in that folder; or pool
+    several folders' results into one report in `out`. Pooled folders must hold the same dataset, asked of the
+    same models, and no problem twice; the settings they differ in are named in the notes."""
+    if not folders:
+        raise LookaheadError("give at least one results folder")
+    if len(folders) > 1 and out is None:
+        raise LookaheadError("a report over several folders needs --out, the folder to write it to")
+    loaded = [_folder_records(folder) for folder in folders]
+    pins = [pin for pin, _ in loaded]
+    for field in ("dataset", "models"):
+        if len({json.dumps(pin.get(field), sort_keys=True) for pin in pins}) > 1:
+            raise LookaheadError(f"the folders differ in their {field}: pool only runs of one dataset and models")
+    seen: dict[str, Path] = {}
+    for folder, (_, records) in zip(folders, loaded):
+        for problem in {r.problem_id for r in records}:
+            if problem in seen:
+                raise LookaheadError(f"{problem} is in both {seen[problem]} and {folder}: pool only disjoint runs")
+            seen[problem] = folder
+    records = [r for _, folder_records in loaded for r in folder_records]
+    methods = list(dict.fromkeys([m for pin in pins for m in pin.get("methods", [])] + [r.method for r in records]))
     if baseline not in methods:
-        raise LookaheadError(f"baseline {baseline!r} is not a method of {folder}; its methods: {', '.join(methods)}")
-    problems = len({r.problem_id for r in records})
-    title = f"{pinned.get('dataset', folder.name)}: {problems} problems"
+        raise LookaheadError(f"baseline {baseline!r} is not a method of {', '.join(map(str, folders))}; "
+                             f"its methods: {', '.join(methods)}")
+    pinned = pins[0]
+    title = f"{pinned.get('dataset', folders[0].name)}: {len(seen)} problems"
     config = pinned.get("config", {})
     notes = [f"verifier {config.get('verifier')}, γ = {config.get('depth')}, max_tokens {config.get('max_tokens')}"] \
         if config else []
-    if pinned.get("ar_finishes"):
+    if len(folders) > 1:
+        notes.append(f"pooled from {', '.join(str(f) for f in folders)}"
+                     + "".join(f"; {difference}" for difference in _differences(pins)))
+    if any(pin.get("ar_finishes") for pin in pins):
         notes.append(f"only problems whose AR answer ends before {config.get('max_tokens')} tokens")
-    if (pinned.get("concurrency") or 1) > 1:
-        notes.append(f"{pinned['concurrency']} problems at once: times are under that load")
-    return write_report(records, methods, folder, title, notes, baseline), title, notes
+    if any((pin.get("concurrency") or 1) > 1 for pin in pins):
+        notes.append(f"{max(pin.get('concurrency') or 1 for pin in pins)} problems at once: times are under that load")
+    return write_report(records, methods, out or folders[0], title, notes, baseline), title, notes

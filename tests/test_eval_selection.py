@@ -204,3 +204,28 @@ def test_report_reads_a_half_finished_folder_and_says_what_is_missing(sims, data
     resumed = invoke(capsys, "eval", "--dataset", "gsm8k", "--data", str(data), "--methods", "ar,lr,lr-random",
                      "--problems", "1-2", "--concurrency", "1", "--out", str(out), *options)
     assert resumed.returncode == 1 and "other settings (concurrency differ)" in resumed.stderr
+
+
+def test_report_pools_disjoint_folders_of_one_dataset_and_names_what_differs(sims, data, tmp_path, capsys):
+    options = ["--draft-url", sims.draft.url, "--target-url", sims.target.url, "--judge-url", sims.judge.url,
+               "--chat-template", "chatml", "--threshold", "0.5", "--methods", "ar,lr"]
+    first, second, pooled = tmp_path / "first", tmp_path / "second", tmp_path / "pooled"
+    for out, problems, depth in ((first, "0-1", "2"), (second, "2-4", "3")):
+        done = invoke(capsys, "eval", "--dataset", "gsm8k", "--data", str(data), "--problems", problems,
+                      "--depth", depth, "--out", str(out), *options)
+        assert done.returncode == 0, done.stderr
+    report = invoke(capsys, "report", str(first), str(second), "--out", str(pooled))
+    assert report.returncode == 0, report.stderr
+    assert "gsm8k: 5 problems" in report.stdout and "depth 2 / 3" in report.stdout
+    summary = json.loads((pooled / "report.json").read_text())
+    assert [m["n"] for m in summary["methods"]] == [5, 5] and (pooled / "report.png").stat().st_size > 0
+    singles = [json.loads((f / "report.json").read_text())["methods"][0]["n"] for f in (first, second)]
+    assert singles == [2, 3]  # each folder's own report is left as it was
+    one_line_error(invoke(capsys, "report", str(first), str(second)), "needs --out")
+    one_line_error(invoke(capsys, "report", str(first), str(first), "--out", str(pooled)), "is in both")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "results.jsonl").write_text((first / "results.jsonl").read_text())
+    pin = json.loads((first / "eval.json").read_text())
+    (other / "eval.json").write_text(json.dumps({**pin, "dataset": "math500"}))
+    one_line_error(invoke(capsys, "report", str(second), str(other), "--out", str(pooled)), "differ in their dataset")
