@@ -166,19 +166,26 @@ class LookaheadEndpoint(RuntimeEndpoint):
             else get_chat_template_by_model_path(self.model_info["model_path"])
         )
 
-    def _request(self, method: str, path: str, payload: dict | None = None):
+    def _send(self, method: str, path: str, payload: dict | None = None, **options):
+        """One HTTP request to the server (urllib3's `options`: retries, preload_content); a server that cannot
+        be reached or does not answer in time is a BackendError, an answer of any status is returned."""
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        url = self.base_url + path
         timeout = urllib3.Timeout(connect=self.timeout_s, read=self.timeout_s)
-        started = time.perf_counter()
         try:
-            res = self._pool.request(method, url, json=payload, headers=headers, timeout=timeout, retries=_RETRY)
-            if self.request_log is not None:
-                self.request_log.append((started, time.perf_counter()))
+            return self._pool.request(method, self.base_url + path, json=payload, headers=headers, timeout=timeout,
+                                      **options)
         except HTTPError as error:
             if _timed_out(error):
-                raise BackendError(f"{url} did not answer within {self.timeout_s:g} s") from None
+                raise BackendError(f"{self.base_url + path} did not answer within {self.timeout_s:g} s") from None
             raise BackendError(f"cannot reach the SGLang server at {self.base_url}") from None
+
+    def _request(self, method: str, path: str, payload: dict | None = None):
+        """A request whose answer is JSON, with one retry (`_RetryOnce`); any status but 200 is an error."""
+        url = self.base_url + path
+        started = time.perf_counter()
+        res = self._send(method, path, payload, retries=_RETRY)
+        if self.request_log is not None:
+            self.request_log.append((started, time.perf_counter()))
         if res.status != 200:
             raise BackendError(f"{url} answered HTTP {res.status}: {res.data[:300].decode(errors='replace')}", res.status)
         try:
@@ -315,17 +322,9 @@ class LookaheadEndpoint(RuntimeEndpoint):
         This is the primitive behind streamed target branches: with a request id (`with_request_id`) the
         caller can `abort` the request while it runs, and the chunks tell what it had written by then. An
         aborted request raises RequestAborted with that text."""
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = self.base_url + "/generate"
-        timeout = urllib3.Timeout(connect=self.timeout_s, read=self.timeout_s)
         started = time.perf_counter()
-        try:
-            res = self._pool.request("POST", url, json={**data, "stream": True}, headers=headers, timeout=timeout,
-                                     retries=False, preload_content=False)
-        except HTTPError as error:
-            if _timed_out(error):
-                raise BackendError(f"{url} did not answer within {self.timeout_s:g} s") from None
-            raise BackendError(f"cannot reach the SGLang server at {self.base_url}") from None
+        res = self._send("POST", "/generate", {**data, "stream": True}, retries=False, preload_content=False)
         last = None
         try:
             if res.status != 200:
