@@ -113,7 +113,9 @@ class AdaptiveDepth:
             self.probes.release(answer)
             e = self.estimates()
             best = self.planner.plan(e)
-            ar = lambda: RoundPlan(0, stretch_tokens=stretch(self.costs, seconds_left)[1])  # noqa: E731
+            def ar(rationed: bool = False) -> RoundPlan:
+                return RoundPlan(0, stretch_tokens=stretch(self.costs, seconds_left, rationed)[1])
+
             if self.faults.down:  # AR, but for a retry now and then (faults.py)
                 retry = self.faults.take_retry(answer, time.perf_counter())
                 plan = RoundPlan(best.depth or 1, best.width) if retry else ar()
@@ -123,8 +125,7 @@ class AdaptiveDepth:
                 return plan
             self.faults.release(answer)
             # the slots are taken: AR, a short stretch where the rates say drafting pays (the slots widen soon)
-            rationed = e.gain is not None and e.gain >= GAIN_TO_WIDEN
-            return RoundPlan(0, stretch_tokens=stretch(self.costs, seconds_left, rationed)[1])
+            return ar(rationed=e.gain is not None and e.gain >= GAIN_TO_WIDEN)
 
     def observe(self, record: RoundRecord) -> None:
         answers = float(self.governor.answers)
