@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from lookahead_reasoning.cli.options import (
-    DEFAULT_VERIFIER, ChatTemplate, Depth, DraftUrl, EndpointsFile, JudgeUrl, MaxStepTokens, MaxTokens, TargetUrl,
+    DEFAULT_VERIFIER, ChatTemplate, Depth, DraftUrl, EndpointsFile, Fork, JudgeUrl, MaxStepTokens, MaxTokens, TargetUrl,
     Temperature, Threshold, Timeout, Verifier, Width, depth_options, endpoints_from, err, make_config, number_list,
 )
 from lookahead_reasoning.runtime.config import LookaheadConfig
@@ -102,6 +102,7 @@ def eval_command(
     chat_template: ChatTemplate = None,
     depth: Depth = "4",
     width: Width = 1,
+    fork: Fork = "streamed",
     max_tokens: MaxTokens = 1024,
     max_step_tokens: MaxStepTokens = 100,
     temperature: Temperature = 0.0,
@@ -123,7 +124,7 @@ def eval_command(
         raise LookaheadError("--limit must be >= 1")
     sampling = {"temperature": temperature}
     config = make_config(
-        **depth_options(depth), width=width, max_tokens=max_tokens, max_step_tokens=max_step_tokens,
+        **depth_options(depth), width=width, fork=fork, max_tokens=max_tokens, max_step_tokens=max_step_tokens,
         verifier=verifier, verifier_threshold=threshold, draft_sampling=sampling, target_sampling=sampling,
         seed=seed, request_timeout_s=timeout,
     )
@@ -132,7 +133,7 @@ def eval_command(
     chosen = load_problems(dataset, data, None if ar_finishes else limit, span)
     server_set = endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)
     settings = {"dataset": dataset, "data": str(data) if data else spec.hf_id,
-                "config": config.model_dump(exclude={"request_timeout_s"})}
+                "config": config.model_dump(exclude=config.fields_without_effect())}
     settings["models"] = served_models(server_set)  # a resume against other models is refused
     settings.update(concurrency=concurrency, ar_finishes=ar_finishes)
     verifier_note = describe_verifier(server_set, config)

@@ -71,6 +71,13 @@ class LookaheadConfig(BaseModel):
         None, gt=0.0, description="limit on one request to the judge server; None: a quarter of request_timeout_s",
     )
 
+    def fields_without_effect(self) -> set[str]:
+        """Settings that cannot change this configuration's answers, so a results folder's pin leaves them out:
+        the request timeout (a limit, not a setting of the method), and the hand-off point where no round
+        streams (a batched fork, the async engine, trees of a fixed W > 1)."""
+        streams = self.engine == "sync" and self.fork == "streamed" and (self.width == 1 or self.adaptive_depth)
+        return {"request_timeout_s"} | (set() if streams else {"handoff_tokens"})
+
     @property
     def tree_sampling(self) -> SamplingConfig:
         """How tree candidates are drafted: as the draft's steps, or at `tree_temperature` when the draft

@@ -229,3 +229,20 @@ def test_report_pools_disjoint_folders_of_one_dataset_and_names_what_differs(sim
     pin = json.loads((first / "eval.json").read_text())
     (other / "eval.json").write_text(json.dumps({**pin, "dataset": "math500"}))
     one_line_error(invoke(capsys, "report", str(second), str(other), "--out", str(pooled)), "differ in their dataset")
+
+
+def test_a_pin_holds_the_settings_that_shape_answers_so_a_batched_run_resumes_without_the_hand_off(
+        sims, data, tmp_path, capsys):
+    out = tmp_path / "batched"
+    options = ["--dataset", "gsm8k", "--data", str(data), "--methods", "ar,lr", "--depth", "2", "--threshold", "0.5",
+               "--draft-url", sims.draft.url, "--target-url", sims.target.url, "--judge-url", sims.judge.url,
+               "--chat-template", "chatml", "--out", str(out)]
+    done = invoke(capsys, "eval", *options, "--problems", "0", "--fork", "batched")
+    assert done.returncode == 0, done.stderr
+    config = json.loads((out / "eval.json").read_text())["config"]
+    assert config["fork"] == "batched" and "handoff_tokens" not in config and "request_timeout_s" not in config
+    more = invoke(capsys, "eval", *options, "--problems", "0-1", "--fork", "batched", "--timeout", "30")
+    assert more.returncode == 0, more.stderr  # another timeout is not another setting
+    streamed = invoke(capsys, "eval", *options, "--problems", "0-1")
+    assert streamed.returncode == 1 and "other settings (config differ)" in streamed.stderr
+    assert "handoff_tokens" in LookaheadConfig().model_dump(exclude=LookaheadConfig().fields_without_effect())
