@@ -12,7 +12,7 @@ problems. Reported per point:
   realized α keeps the ratio about the runtime, not about the luck of a few judge draws;
 - ratio = measured / theory;
 - finite_theory_speedup: the same theory for a problem of exactly `LatencyModel.steps` steps
-  (runtime.adaptive.theory.finite_speedup, same α, c, j and W). The endless formulas assume every round can
+  (eval.finite_theory.finite_speedup, same α, c, j and W). The endless formulas assume every round can
   keep as many steps as γ allows; the last rounds of a 12-step problem cannot (the draft stops at
   EOS, and there is no bonus step after it), so the endless theory overstates what such a problem can
   gain (on the quick grid by up to 14 %: 3 % at γ = 1, more at larger γ and α). Adaptive points take
@@ -20,7 +20,7 @@ problems. Reported per point:
 - finite_ratio = measured / finite_theory_speedup: what is left of the gap once the problems' length
   is accounted for (per-request latency, client-side work, the luck of a few problems' verdicts);
 - pattern_theory_speedup: the same cost model replayed on the verdicts the runs drew
-  (runtime.adaptive.theory.pattern_time; `drawn_verdicts` reads them from the round log: per step, accepted,
+  (eval.finite_theory.pattern_time; `drawn_verdicts` reads them from the round log: per step, accepted,
   rejected, or a bonus step nobody judged, and for trees whether the walk took the first candidate, which
   decides whether the async engine's next window is used). The simulated judge draws one verdict per (problem, step) for
   a chain, shared by every γ at the same α, so with a few problems the expected theory sits several %
@@ -44,6 +44,7 @@ from typing import Callable, Literal, Union
 from pydantic import BaseModel, model_validator
 
 from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
+from lookahead_reasoning.eval import finite_theory
 from lookahead_reasoning.runtime.adaptive import theory
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.adaptive.depth import depth_limit
@@ -214,7 +215,7 @@ def _theory(
     def speedup(d: int, a: float, w: int, window: bool | None = None) -> float:
         if steps is None:
             return theory.engine_speedup(engine, d, a, c, j, w, window=window)
-        return theory.finite_speedup(engine, d, a, c, j, w, window=window, steps=steps)
+        return finite_theory.finite_speedup(engine, d, a, c, j, w, window=window, steps=steps)
 
     if depth != "adaptive":
         return speedup(depth, alpha, width)
@@ -251,7 +252,7 @@ def _pattern_theory(
     patterns = [drawn_verdicts(result) for result in results]
     try:
         return sum(len(verdicts) for verdicts, _ in patterns) / sum(
-            theory.pattern_time(engine, depth, verdicts, c, j, width, first_candidate=first)
+            finite_theory.pattern_time(engine, depth, verdicts, c, j, width, first_candidate=first)
             for verdicts, first in patterns)
     except ValueError:
         return None

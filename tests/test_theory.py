@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lookahead_reasoning.eval import finite_theory
 from lookahead_reasoning.runtime.adaptive import theory
 
 
@@ -180,35 +181,35 @@ def _enumerated_speedup(engine, depth, alpha, c, j, n, branch=lambda b: 1.0, win
 
 def test_finite_sync_hand_values():
     # N = 1, γ = 1: one round, the draft ends on EOS, only the target's step after the prefix: 1 + c + j
-    assert theory.finite_speedup("sync", 1, 0.5, 0.1, 0.2, steps=1) == pytest.approx(1 / 1.3)
+    assert finite_theory.finite_speedup("sync", 1, 0.5, 0.1, 0.2, steps=1) == pytest.approx(1 / 1.3)
     # N = 2, γ = 1: 1.3 for the first round, and another 1.3 when the draft was rejected (1 − α)
-    assert theory.finite_speedup("sync", 1, 0.5, 0.1, 0.2, steps=2) == pytest.approx(2 / (1.3 + 0.5 * 1.3))
+    assert finite_theory.finite_speedup("sync", 1, 0.5, 0.1, 0.2, steps=2) == pytest.approx(2 / (1.3 + 0.5 * 1.3))
     # the same with B(2) = 1.5: the first round forks 2 branches, the last one 1 (nothing after EOS)
     cost = {1: 1.0, 2: 1.5}.__getitem__
-    assert theory.finite_speedup("sync", 1, 0.5, 0.1, 0.2, branch_cost=cost, steps=2) == pytest.approx(
+    assert finite_theory.finite_speedup("sync", 1, 0.5, 0.1, 0.2, branch_cost=cost, steps=2) == pytest.approx(
         2 / (1.8 + 0.5 * 1.3))
     # N = 2, γ = 4: one round drafts both steps (the second on EOS): 0.2 + 1 + 0.2, then 1.3 when d_1 is rejected
-    assert theory.finite_speedup("sync", 4, 0.5, 0.1, 0.2, steps=2) == pytest.approx(2 / (1.4 + 0.5 * 1.3))
+    assert finite_theory.finite_speedup("sync", 4, 0.5, 0.1, 0.2, steps=2) == pytest.approx(2 / (1.4 + 0.5 * 1.3))
 
 
 def test_finite_async_hand_values():
     # s = 1 + j = 1.2. N = 1: the draft hides behind the target's step, one verdict after s
-    assert theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, steps=1) == pytest.approx(1 / 1.2)
+    assert finite_theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, steps=1) == pytest.approx(1 / 1.2)
     # N = 2, chain γ = 1 (k = 2): d_1 rejected: s, then N = 1 again (s); accepted: the second verdict at s + c
-    assert theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, steps=2) == pytest.approx(2 / (0.5 * 2.4 + 0.5 * 1.3))
+    assert finite_theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, steps=2) == pytest.approx(2 / (0.5 * 2.4 + 0.5 * 1.3))
     # N = 3: rejected at once: s + T(2) = 3.05; one accepted then rejected: s + c + T(1) = 2.5;
     # both accepted (a full round of k = 2, no EOS): s + T(1) = 2.4
-    assert theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, steps=3) == pytest.approx(
+    assert finite_theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, steps=3) == pytest.approx(
         3 / (0.5 * 3.05 + 0.25 * 2.5 + 0.25 * 2.4))
     # windows of γ = 1 keep one step a round; the first is drafted first (c + s = 1.3), the second too after a
     # rejection or an acceptance of the second candidate, else reused (s = 1.2); the first candidate: 1 − √.5
     first = 1 - 0.5**0.5
-    assert theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, width=2, steps=2) == pytest.approx(
+    assert finite_theory.finite_speedup("async", 1, 0.5, 0.1, 0.2, width=2, steps=2) == pytest.approx(
         2 / (1.3 + first * 1.2 + (1 - first) * 1.3))
     # k = 3 >= ⌈s/c⌉ = 2: no depth limit, rounds run on to a rejection. N = 3 (α = .5, c = .5, s = 1):
     # .5(1 + T(2)) + .25(1.5 + T(1)) + .125·2 + .125·2 with T(1) = 1, T(2) = 1.75
-    assert theory.finite_speedup("async", 2, 0.5, 0.5, steps=2) == pytest.approx(2 / 1.75)
-    assert theory.finite_speedup("async", 2, 0.5, 0.5, steps=3) == pytest.approx(3 / 2.5)
+    assert finite_theory.finite_speedup("async", 2, 0.5, 0.5, steps=2) == pytest.approx(2 / 1.75)
+    assert finite_theory.finite_speedup("async", 2, 0.5, 0.5, steps=3) == pytest.approx(3 / 2.5)
 
 
 @pytest.mark.parametrize("engine, depth, alpha, c, j, window", [
@@ -219,14 +220,14 @@ def test_finite_async_hand_values():
 def test_finite_speedup_matches_brute_force(engine, depth, alpha, c, j, window):
     cost = (lambda b: 1.0) if engine == "async" else (lambda b: 1.0 + 0.1 * (b - 1))
     for n in (1, 2, 3, 5, 9):
-        assert theory.finite_speedup(engine, depth, alpha, c, j, branch_cost=cost, window=window, steps=n) == \
+        assert finite_theory.finite_speedup(engine, depth, alpha, c, j, branch_cost=cost, window=window, steps=n) == \
             pytest.approx(_enumerated_speedup(engine, depth, alpha, c, j, n, cost, window)), n
 
 
 @pytest.mark.parametrize("depth, alpha, c, width", [(1, 0.6, 0.1, 2), (3, 0.84, 0.1, 2), (2, 0.7, 0.5, 3), (4, 0.9, 0.05, 2)])
 def test_finite_windows_match_brute_force(depth, alpha, c, width):
     for n in (1, 2, 3, 6):
-        assert theory.finite_speedup("async", depth, alpha, c, 0.06, width, steps=n) == pytest.approx(
+        assert finite_theory.finite_speedup("async", depth, alpha, c, 0.06, width, steps=n) == pytest.approx(
             _enumerated_speedup("async", depth, alpha, c, 0.06, n, window=True, width=width)), n
 
 
@@ -237,26 +238,26 @@ def test_finite_windows_match_brute_force(depth, alpha, c, width):
 ])
 def test_finite_speedup_converges_to_the_endless_formula(engine, depth, alpha, c, j, width):
     endless = theory.engine_speedup(engine, depth, alpha, c, j, width)
-    assert theory.finite_speedup(engine, depth, alpha, c, j, width, steps=2000) == pytest.approx(endless, rel=0.01)
+    assert finite_theory.finite_speedup(engine, depth, alpha, c, j, width, steps=2000) == pytest.approx(endless, rel=0.01)
     if depth < 12:  # the end of a problem costs; at γ ≥ N the short drafts of the last rounds can save more
-        assert theory.finite_speedup(engine, depth, alpha, c, j, width, steps=12) < endless
+        assert finite_theory.finite_speedup(engine, depth, alpha, c, j, width, steps=12) < endless
 
 
 def test_pattern_time_hand_values():
     # sync γ = 1, c = .1, j = .2: a round costs 1.3 (the last, drafting the EOS step, forks one branch: 1.3 too)
-    assert theory.pattern_time("sync", 1, [True, True], 0.1, 0.2) == pytest.approx(1.3)  # d_1 and the bonus step
-    assert theory.pattern_time("sync", 1, [False, True], 0.1, 0.2) == pytest.approx(2.6)  # t_1, then d_2 at EOS
+    assert finite_theory.pattern_time("sync", 1, [True, True], 0.1, 0.2) == pytest.approx(1.3)  # d_1 and the bonus step
+    assert finite_theory.pattern_time("sync", 1, [False, True], 0.1, 0.2) == pytest.approx(2.6)  # t_1, then d_2 at EOS
     # γ = 4 on 3 steps: one round drafts all three (the last on EOS), 3 branches: .3 + B(3) + .2
-    assert theory.pattern_time("sync", 4, [True] * 3, 0.1, 0.2, branch_cost=float) == pytest.approx(3.5)
+    assert finite_theory.pattern_time("sync", 4, [True] * 3, 0.1, 0.2, branch_cost=float) == pytest.approx(3.5)
     # async chain γ = 1 (k = 2), s = 1.2: accepted then rejected: s + c, keeping 2; then the last step: s
-    assert theory.pattern_time("async", 1, [True, False, True], 0.1, 0.2) == pytest.approx(1.3 + 1.2)
+    assert finite_theory.pattern_time("async", 1, [True, False, True], 0.1, 0.2) == pytest.approx(1.3 + 1.2)
 
 
 @given(st.sampled_from(["sync", "async"]), st.integers(1, 5), st.lists(st.booleans(), min_size=1, max_size=14),
        st.sampled_from([0.05, 0.1, 0.4]), st.sampled_from([0.0, 0.06, 0.3]))
 def test_pattern_time_replays_the_rounds(engine, depth, verdicts, c, j):
     cost = (lambda b: 1.0) if engine == "async" else (lambda b: 1.0 + 0.1 * (b - 1))
-    assert theory.pattern_time(engine, depth, verdicts, c, j, branch_cost=cost) == pytest.approx(
+    assert finite_theory.pattern_time(engine, depth, verdicts, c, j, branch_cost=cost) == pytest.approx(
         _replayed_time(engine, depth, verdicts, c, j, cost))
 
 
@@ -265,7 +266,7 @@ def test_pattern_time_replays_the_rounds(engine, depth, verdicts, c, j):
 def test_pattern_time_replays_windows(depth, drawn, c, j):
     verdicts = [v != False for v in drawn]  # noqa: E712 (the strings are accepted positions)
     first = [v == "first" for v in drawn]
-    assert theory.pattern_time("async", depth, verdicts, c, j, width=2, first_candidate=first) == pytest.approx(
+    assert finite_theory.pattern_time("async", depth, verdicts, c, j, width=2, first_candidate=first) == pytest.approx(
         _replayed_time("async", depth, drawn, c, j, window=True))
 
 
@@ -273,10 +274,10 @@ def test_pattern_time_replays_windows(depth, drawn, c, j):
 def test_pattern_time_averages_to_the_n_step_theory(engine, depth, window):
     alpha, n = 0.7, 6
     expected = sum(
-        math.prod(alpha if v else 1 - alpha for v in verdicts) * theory.pattern_time(engine, depth, verdicts, 0.1, 0.06,
+        math.prod(alpha if v else 1 - alpha for v in verdicts) * finite_theory.pattern_time(engine, depth, verdicts, 0.1, 0.06,
                                                                                     window=window)
         for verdicts in itertools.product((True, False), repeat=n))
-    assert n / expected == pytest.approx(theory.finite_speedup(engine, depth, alpha, 0.1, 0.06, window=window, steps=n))
+    assert n / expected == pytest.approx(finite_theory.finite_speedup(engine, depth, alpha, 0.1, 0.06, window=window, steps=n))
 
 
 def test_bench_reads_the_drawn_verdicts_from_the_round_log():
@@ -291,7 +292,7 @@ def test_bench_reads_the_drawn_verdicts_from_the_round_log():
     verdicts, first = drawn_verdicts(run)
     assert verdicts == [True, True, None, True, False, False]
     assert _pattern_theory("sync", 2, 0.1, 0.06, 1, [run, run]) == pytest.approx(
-        12 / (2 * theory.pattern_time("sync", 2, verdicts, 0.1, 0.06)))
+        12 / (2 * finite_theory.pattern_time("sync", 2, verdicts, 0.1, 0.06)))
     assert _pattern_theory("sync", 4, 0.1, 0.06, 1, [run]) is None  # γ = 4 would judge the bonus step: not these rounds
     # a tree's window rounds: the second accepted its only position with another candidate than the first
     windows = Record(round_log=[Record(accepted=2, positions=2, kept=[0] * 2, first_candidates=2),
@@ -305,15 +306,15 @@ def test_bench_reads_the_drawn_verdicts_from_the_round_log():
 
 def test_finite_speedup_rejects_bad_values():
     with pytest.raises(ValueError):
-        theory.pattern_time("sync", 2, [], 0.1)
+        finite_theory.pattern_time("sync", 2, [], 0.1)
     with pytest.raises(ValueError, match="step 1"):
-        theory.pattern_time("sync", 2, [True, None, True], 0.1)
+        finite_theory.pattern_time("sync", 2, [True, None, True], 0.1)
     with pytest.raises(ValueError):
-        theory.finite_speedup("sync", 2, 0.5, 0.1, steps=0)
+        finite_theory.finite_speedup("sync", 2, 0.5, 0.1, steps=0)
     with pytest.raises(ValueError):
-        theory.finite_speedup("batch", 2, 0.5, 0.1, steps=4)
+        finite_theory.finite_speedup("batch", 2, 0.5, 0.1, steps=4)
     with pytest.raises(ValueError):
-        theory.finite_speedup("async", 2, 1.5, 0.1, steps=4)
+        finite_theory.finite_speedup("async", 2, 1.5, 0.1, steps=4)
 
 
 def test_bench_points_carry_the_n_step_theory():
@@ -322,17 +323,17 @@ def test_bench_points_carry_the_n_step_theory():
     from lookahead_reasoning.runtime.adaptive.depth import depth_limit
 
     j = 0.06
-    assert _theory("sync", 2, 0.7, 0.1, j, 1, 0.7, steps=12) == theory.finite_speedup("sync", 2, 0.7, 0.1, j, steps=12)
+    assert _theory("sync", 2, 0.7, 0.1, j, 1, 0.7, steps=12) == finite_theory.finite_speedup("sync", 2, 0.7, 0.1, j, steps=12)
     assert _theory("sync", 2, 0.7, 0.1, j, 1, 0.7) == theory.engine_speedup("sync", 2, 0.7, 0.1, j)  # unchanged
     # adaptive: the best fixed γ for 12-step problems, which need not be the endless formula's best
-    best = max(theory.finite_speedup("async", d, 0.7, 0.1, j, steps=12) for d in range(1, 9))
+    best = max(finite_theory.finite_speedup("async", d, 0.7, 0.1, j, steps=12) for d in range(1, 9))
     assert _theory("async", "adaptive", 0.7, 0.1, j, 1, 0.7, steps=12) == best
     assert _theory("async", "adaptive", 0.7, 0.1, j, 1, 0.7) == theory.best_depth("async", 0.7, 0.1, j)[1]
     assert _theory("sync", "adaptive", 0.05, 0.6, 0.5, 1, 0.05, steps=12) == 1.0  # AR when nothing pays
     # trees: the best over widths and γ, each width at the α of its W candidates, windows for async
     tree = _theory("async", "adaptive", 0.84, 0.1, j, 2, 0.6, steps=12)
     assert tree == pytest.approx(max(
-        theory.finite_speedup("async", d, 1 - 0.4**w, 0.1, j, w, window=True, steps=12)
+        finite_theory.finite_speedup("async", d, 1 - 0.4**w, 0.1, j, w, window=True, steps=12)
         for w in (1, 2) for d in range(1, depth_limit(8, w) + 1)))
     assert tree < _theory("async", "adaptive", 0.84, 0.1, j, 2, 0.6)
     point = BenchPoint(alpha=0.6, c=0.1, depth=2, width=1, engine="sync", measured_speedup=1.2, theory_speedup=1.6,

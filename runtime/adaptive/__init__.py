@@ -15,7 +15,8 @@ and tell it what each round did; nothing else in the runtime plans.
 - cost_model.py, cost_fit.py: what the target, a fork of n branches, the draft and the verifier cost
 - step_lengths.py: the target's step lengths as the rounds see them
 - client_cpu.py: the client's own CPU, which drafting rounds share
-- theory.py: the expected speedup of a round shape at equal step lengths
+- theory.py: the expected speedup of a round shape at equal step lengths (on problems of N steps, for the
+  benchmarks: eval/finite_theory.py)
 - round_rules.py: the timelines of each round rule (longest, decision, async) replayed on real step lengths
 - tuning.py: the tuned constants, each with the measurement that checks it
 """
