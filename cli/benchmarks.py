@@ -39,7 +39,7 @@ def bench_sim(
     """The scheduling grid on simulated servers with GPU-like timing, measured against the theory."""
     from lookahead_reasoning.eval.bench import Grid, alpha_shift_check, run_grid
     from lookahead_reasoning.eval.bench_report import bench_table, write_report
-    from lookahead_reasoning.eval.simserver import LatencyModel
+    from lookahead_reasoning.eval.simcluster import LatencyModel
 
     grid = Grid.quick() if quick else Grid()
     overrides = {}
@@ -98,7 +98,7 @@ def bench_load(
 ):
     """Speedup against AR as load rises (batch slope × concurrency), on simulated servers with GPU-like timing."""
     from lookahead_reasoning.eval.load_bench import LoadGrid, load_table, run_load_grid, write_load_report
-    from lookahead_reasoning.eval.simserver import LatencyModel
+    from lookahead_reasoning.eval.simcluster import LatencyModel
 
     grid = LoadGrid.quick() if quick else LoadGrid()
     overrides: dict = {}

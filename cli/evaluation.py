@@ -36,7 +36,7 @@ def servers(sim: bool, sim_alpha: float, sim_c: float, sim_target_ms: float, end
     if not sim:
         yield endpoints_from(endpoints, draft_url, target_url, judge_url, chat_template)
         return
-    from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
+    from lookahead_reasoning.eval.simcluster import LatencyModel, SimCluster
 
     with SimCluster(LatencyModel(target_decode_ms=sim_target_ms, judge_decode_ms=sim_target_ms / 2)) as cluster:
         cluster.configure(sim_alpha, sim_c)

@@ -43,7 +43,7 @@ from typing import Callable, Literal, Union
 
 from pydantic import BaseModel, model_validator
 
-from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
+from lookahead_reasoning.eval.simcluster import LatencyModel, SimCluster
 from lookahead_reasoning.eval import finite_theory
 from lookahead_reasoning.runtime.adaptive import theory
 from lookahead_reasoning.runtime.config import LookaheadConfig

@@ -46,7 +46,7 @@ from pydantic import BaseModel, Field, model_validator
 from lookahead_reasoning.eval.bench import questions
 from lookahead_reasoning.eval.loadtest import percentile
 from lookahead_reasoning.eval.report import markdown_table
-from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
+from lookahead_reasoning.eval.simcluster import LatencyModel, SimCluster
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.errors import LookaheadError
 

@@ -85,7 +85,7 @@ class LocalStack:
         self.max_concurrent, self.queue_timeout_s, self.engine = max_concurrent, queue_timeout_s, engine
 
     def __enter__(self) -> str:
-        from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster
+        from lookahead_reasoning.eval.simcluster import LatencyModel, SimCluster
         from lookahead_reasoning.runtime.config import LookaheadConfig
         from lookahead_reasoning.runtime.servers.connection import Connection
         from lookahead_reasoning.runtime.servers.processes import UvicornThread

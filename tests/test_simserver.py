@@ -235,7 +235,7 @@ def test_a_benchmarks_simulated_servers_die_with_it():
 
     script = (
         "import os, signal\n"
-        "from lookahead_reasoning.eval.simserver import LatencyModel, SimCluster\n"
+        "from lookahead_reasoning.eval.simcluster import LatencyModel, SimCluster\n"
         "cluster = SimCluster(LatencyModel()).__enter__()\n"
         "print(' '.join(str(p.pid) for p in cluster.procs.values()), flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
