@@ -3,9 +3,8 @@
 import pytest
 
 from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth
-from lookahead_reasoning.runtime.adaptive.tuning import PROBE_BUDGET, PROBE_SHARE
+from lookahead_reasoning.runtime.adaptive.tuning import AR_STRETCH_STEPS, PROBE_BUDGET, PROBE_SHARE
 from lookahead_reasoning.runtime.adaptive.stretches import stretch
-from lookahead_reasoning.runtime.adaptive.tuning import AR_STRETCH_STEPS
 from scripted_rounds import TOKENS, T, fitted_costs, learn, round_record
 
 

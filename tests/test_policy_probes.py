@@ -3,8 +3,9 @@
 import pytest
 
 from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth, RoundPlan
-from lookahead_reasoning.runtime.adaptive.tuning import PROBE_BACKOFF, PROBE_BUDGET, PROBE_SHARE, PROBE_SPACING
-from lookahead_reasoning.runtime.adaptive.tuning import AR_STRETCH_STEPS
+from lookahead_reasoning.runtime.adaptive.tuning import (
+    AR_STRETCH_STEPS, PROBE_BACKOFF, PROBE_BUDGET, PROBE_SHARE, PROBE_SPACING,
+)
 from lookahead_reasoning.runtime.adaptive.theory import engine_speedup
 from scripted_rounds import TOKENS, T, answers_in_threads, learn, round_record, shared_policy
 

@@ -15,10 +15,9 @@ import time
 from lookahead_reasoning.runtime.adaptive.client_cpu import ClientCpu
 from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate, CostModel, per_answer
 from lookahead_reasoning.runtime.adaptive.alpha import Acceptance
-from lookahead_reasoning.runtime.adaptive.tuning import ALPHA_SLOW_FORGET
+from lookahead_reasoning.runtime.adaptive.tuning import ALPHA_SLOW_FORGET, GAIN_TO_WIDEN
 from lookahead_reasoning.runtime.adaptive.faults import RoleFaults
 from lookahead_reasoning.runtime.adaptive.governor import DraftSlots
-from lookahead_reasoning.runtime.adaptive.tuning import GAIN_TO_WIDEN
 from lookahead_reasoning.runtime.adaptive.planner import Estimates, Planner
 from lookahead_reasoning.runtime.adaptive.probes import ProbeSchedule, check_spacing
 from lookahead_reasoning.runtime.adaptive.rates import MeasuredRates

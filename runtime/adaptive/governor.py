@@ -22,8 +22,9 @@ import math
 import time
 
 from lookahead_reasoning.runtime.adaptive.client_cpu import ClientCpu
-from lookahead_reasoning.runtime.adaptive.tuning import GAIN_TO_DRAFT
-from lookahead_reasoning.runtime.adaptive.tuning import CLIENT_CORES_TO_NARROW, CLIENT_CORES_TO_WIDEN, GAIN_TO_WIDEN
+from lookahead_reasoning.runtime.adaptive.tuning import (
+    CLIENT_CORES_TO_NARROW, CLIENT_CORES_TO_WIDEN, GAIN_TO_DRAFT, GAIN_TO_WIDEN,
+)
 
 
 

@@ -31,12 +31,13 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
-from lookahead_reasoning.runtime.adaptive.tuning import GAIN_TO_DRAFT
+from lookahead_reasoning.runtime.adaptive.tuning import (
+    CEILING_MARGIN, GAIN_TO_DRAFT, REPLAY_DRAWS, REPLAY_STEPS, TREE_NODE_BUDGET,
+)
 from lookahead_reasoning.runtime.adaptive.round_plan import RoundPlan
 from lookahead_reasoning.runtime.adaptive.round_rules import RuleCosts
 from lookahead_reasoning.runtime.adaptive.round_rules import speedup as replayed_speedup
 from lookahead_reasoning.runtime.adaptive.theory import engine_speedup, round_steps, tree_branches
-from lookahead_reasoning.runtime.adaptive.tuning import CEILING_MARGIN, REPLAY_DRAWS, REPLAY_STEPS, TREE_NODE_BUDGET
 
 
 
