@@ -32,6 +32,25 @@ def describe_costs(estimate: CostEstimate | None) -> str | None:
     return f"costs: {b}, c {c}, j {j}, α {alpha} → {plan}{gain}{_trees(estimate)}"
 
 
+def plan_line(estimate: CostEstimate | None) -> str:
+    """What the adaptive policy plans for the next answer, from what it has learned so far."""
+    if estimate is None or estimate.expected_speedup is None:
+        return "planned: nothing yet (the policy is still learning the costs)"
+    if not estimate.planned_depth:
+        return "planned: AR (no drafting round is expected to beat the target alone here)"
+    width = f", W = {estimate.planned_width}" if (estimate.planned_width or 1) > 1 else ""
+    alpha = "" if estimate.alpha is None else f" at α̂ = {estimate.alpha:.2f}"
+    return f"planned: γ = {estimate.planned_depth}{width}, expected {estimate.expected_speedup:.2f}× AR{alpha}"
+
+
+def plan_check(planned: CostEstimate | None, result: LookaheadResult, baseline: BaselineResult) -> str:
+    """The plan made before the answer beside what the answer measured."""
+    measured = baseline.wall_time_s / max(result.stats.wall_time_s, 1e-9)
+    alpha = result.stats.acceptance_rate
+    at = "" if alpha is None else f" at α = {alpha:.2f}"
+    return f"{plan_line(planned)}; measured {measured:.2f}×{at}"
+
+
 def _trees(estimate: CostEstimate) -> str:
     """With --width W > 1 and chains (or AR) chosen: what trees would give, so the choice is visible."""
     if (estimate.planned_width or 1) > 1 or not estimate.width_speedups:

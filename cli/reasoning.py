@@ -20,6 +20,12 @@ DEMO_QUESTION = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
     "How many clips did Natalia sell altogether in April and May?"
 )
+# answered first, unmeasured, so that the adaptive policy has learned the servers' costs (its probes and its
+# measuring round) before the demo question: the question then runs the plan the demo prints beside it
+WARM_UP_QUESTION = (
+    "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. "
+    "How much did she earn?"
+)
 
 
 def run(
@@ -116,7 +122,9 @@ def demo(
                          verifier_threshold=threshold)
     from rich.console import Console
 
-    from lookahead_reasoning.cli.display import RoundPrinter, print_answer, print_comparison, print_cost_story
+    from lookahead_reasoning.cli.display import (
+        RoundPrinter, plan_check, plan_line, print_answer, print_comparison, print_cost_story,
+    )
     from lookahead_reasoning.runtime.servers.specs import LaunchSpec
     from lookahead_reasoning.runtime.servers.starting import ServerGroup
     from lookahead_reasoning.runtime.reasoner import LookaheadReasoner
@@ -132,8 +140,14 @@ def demo(
                 "measures them and decides; the summary says what it found.[/]"
             )
         reasoner = LookaheadReasoner(group.endpoints(), config)
-        if hasattr(reasoner.policy, "measure_drafting"):
+        planned = None
+        if config.adaptive_depth:
             reasoner.policy.measure_drafting = True  # the summary reports c, j and α, so draft at least once
+            with err.status("learning the servers' costs on a warm-up question…"):
+                reasoner.warm_prompt(WARM_UP_QUESTION)
+                reasoner.run(WARM_UP_QUESTION)
+            planned = reasoner.policy.cost_estimate()
+            err.print(plan_line(planned))
         err.print(f"[bold]question:[/] {question}")
         reasoner.warm_prompt(question)  # LR and AR both find the prompt prefilled: neither pays it alone
         with err.status("lookahead reasoning…"):
@@ -143,6 +157,8 @@ def demo(
         console = Console()
         print_answer(console, result, base)
         print_comparison(console, result, base)
+        if planned is not None:
+            console.print(plan_check(planned, result, base))
         print_cost_story(console, result, config.engine)
     finally:
         group.stop()

@@ -214,7 +214,7 @@ class Engine:
         lone = fork.branches[ROOT] if fresh and not tree.nodes and fork.branches[ROOT].ended else None
         return self._finish_round(
             state, walk,
-            depth=plan.depth, started=started, judged=judged, draft_s=draft_s,
+            depth=plan.depth, kind="drafting" if plan.depth else "ar", started=started, judged=judged, draft_s=draft_s,
             target_s=lone.ended - lone.started if lone else max(0.0, fork.decided - t1 - fork.verify_s),
             target_server_s=fork.target_after[ROOT].server_s if lone else None,
             verify_s=fork.verify_s, branches=len(fork.branches), target_tokens=lone.tokens if lone else 0,
@@ -265,9 +265,9 @@ class Engine:
         walk.keep_targets(steps)
         return self._finish_round(
             state, walk,
-            depth=0, started=started, judged=[], draft_s=0.0, verify_s=0.0, branches=1,
+            depth=0, kind="stretch", started=started, judged=[], draft_s=0.0, verify_s=0.0, branches=1,
             target_s=time.perf_counter() - t1, target_tokens=output.completion_tokens,
-            target_steps=len(steps), target_tokens_all=output.completion_tokens, target_others=load.others,
+            target_tokens_all=output.completion_tokens, target_others=load.others,
             target_server_s=output.server_s,
             spans=[state.span("target", f"{len(steps)} steps in one request", t1, time.perf_counter(),
                               output.completion_tokens, "kept")],
@@ -294,16 +294,17 @@ class Engine:
             for i, v in sorted(verdicts.items())
         ]
         returned, outputs = fork.returned, fork.outputs
+        kind = ("probe" if probe_tokens else "measuring" if plan.measuring and tree.nodes
+                else "drafting" if plan.depth else "ar")
         return self._finish_round(
             state, walk,
-            depth=plan.depth, started=started, judged=judged, draft_s=draft_s, target_s=fork.ended - fork.started,
+            depth=plan.depth, kind=kind, started=started, judged=judged, draft_s=draft_s, target_s=fork.ended - fork.started,
             target_server_s=server_s([t.server_s for t in outputs], max), verify_s=verify_s,
             branches=len(fork.branches), target_tokens=max(t.completion_tokens for t in returned),
             target_tokens_all=sum(t.completion_tokens for t in outputs), target_others=fork.others,
-            probe_tokens=outputs[-1].completion_tokens if probe_tokens else 0,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes) // tree.width, draft_steps=tree.depth,
             branch_tokens=[t.completion_tokens for t in returned], width=tree.width,
-            measuring=plan.measuring and bool(tree.nodes), first_candidates=first_children,
+            first_candidates=first_children,
             spans=batched_spans(state, tree, started, draft_s, fork.started, fork.ended, verify_s, outputs,
                                 len(judged)),
             decided_s=state.clock(fork.ended + verify_s),
@@ -422,7 +423,8 @@ class AsyncEngine(Engine):
         judged, pipe, verify_s = run_chain_round(self, state, walk, plan.depth, self._cap(state), state.pool)
         return self._finish_round(
             state, walk,
-            depth=plan.depth, started=started, judged=judged, draft_s=sum(pipe.draft_times),
+            depth=plan.depth, kind="drafting" if plan.depth else "ar", started=started, judged=judged,
+            draft_s=sum(pipe.draft_times),
             target_s=statistics.mean(pipe.target_times) if pipe.target_times else 0.0,
             target_server_s=server_s(pipe.target_server_times, statistics.mean),
             verify_s=verify_s / max(1, len(judged)), branches=len(pipe.target_times),

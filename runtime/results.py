@@ -35,6 +35,14 @@ class TraceSpan(BaseModel):
     fate: str = ""  # target branches: kept, judged, handed on, aborted, unused
 
 
+# What a round was for. "ar": one target step; "stretch": several target steps in one request, as the target
+# alone writes them (adaptive/stretches.py); "probe": a target step with a fork probe's short second branch
+# beside it, which prices a second branch (adaptive/probes.py); "measuring": one drafted step whose target writes
+# only its own step, which prices the draft and the verifier (adaptive/planner.py); "drafting": a round that
+# drafted γ steps and forked the target after them. Only "drafting" rounds say how fast lookahead advances.
+RoundKind = Literal["ar", "stretch", "probe", "measuring", "drafting"]
+
+
 class RoundRecord(BaseModel):
     index: int
     depth: int  # γ asked of the draft this round (0: no drafting)
@@ -53,10 +61,7 @@ class RoundRecord(BaseModel):
     verify_s: float  # the verifier's time
     wall_s: float
     branches: int = 0  # target requests of the round (the fork's width)
-    probe_tokens: int = 0  # tokens of a fork probe's short extra branch beside an AR round's step (adaptive/probes.py)
-    # a drafted step whose target wrote only its own step: it priced the draft and verifier (adaptive/planner.py)
-    measuring: bool = False
-    target_steps: int = 1  # steps the longest target request wrote (an AR stretch writes several, adaptive/stretches.py)
+    kind: RoundKind
     width: int = 1  # draft candidates per position (W)
     target_tokens: int = 0  # completion tokens of the round's longest target branch
     target_tokens_all: int = 0  # completion tokens of all its target branches (a fork probe's included)

@@ -26,11 +26,13 @@ def round_record(depth, accepted, positions, *, branch_cost, c=0.1, verify_s=0.0
     judged = [JudgedDraft(draft="d", target="t", accept=True, score=1.0, method="judge")] * positions
     share = min(probe, TOKENS) / TOKENS  # of the step, the probe's branch ran beside it for this share
     target_s = tokens * T * (branch_cost(branches) + (branch_cost(2) - 1) * share)
+    kind = "drafting" if depth else "probe" if probe else "stretch" if stretch else "ar"
+    kept = [StepRecord(text="s", source="target", round=1)] * (tokens // TOKENS) if stretch else []
     return RoundRecord(
-        index=1, depth=depth, judged=judged if depth else [], accepted=accepted, positions=positions, kept=[],
-        finished=False, started=0.0, draft_s=depth * TOKENS * T * c, target_s=target_s,
+        index=1, depth=depth, kind=kind, judged=judged if depth else [], accepted=accepted, positions=positions,
+        kept=kept, finished=False, started=0.0, draft_s=depth * TOKENS * T * c, target_s=target_s,
         verify_s=verify_s if depth else 0.0, wall_s=1.0, branches=branches, target_tokens=tokens,
-        draft_tokens=depth * TOKENS, draft_steps=depth, probe_tokens=probe, target_steps=tokens // TOKENS, width=width,
+        draft_tokens=depth * TOKENS, draft_steps=depth, width=width,
         target_tokens_all=tokens * branches + min(probe, TOKENS),
     )
 

@@ -274,7 +274,8 @@ def test_tree_drafting_samples_even_with_greedy_draft_settings():
 def _record(depth, accepted, positions, draft_s=0.01, target_s=0.1, verify_s=0.01):
     from lookahead_reasoning.runtime.results import RoundRecord
 
-    return RoundRecord(index=0, depth=depth, judged=[], accepted=accepted, positions=positions, kept=[],
+    return RoundRecord(index=0, depth=depth, kind="drafting" if depth else "ar", judged=[], accepted=accepted,
+                       positions=positions, kept=[],
                        finished=False, started=0.0, draft_s=draft_s, target_s=target_s, verify_s=verify_s, wall_s=0.2)
 
 
@@ -412,9 +413,10 @@ def test_adaptive_first_rounds_time_the_target_alone_then_a_fork_probe():
     config = LookaheadConfig(depth=2, adaptive_depth=True, max_step_tokens=32)
     result = SyncEngine(config, models, FastPathVerifier(ScriptedJudge())).answer("q")
     first, second, third = result.round_log[:3]
-    assert (first.depth, first.branches, first.probe_tokens) == (0, 1, 0)
-    assert (second.depth, second.branches, second.probe_tokens) == (0, 1, 0)
-    assert (third.depth, third.branches, third.probe_tokens) == (0, 1, 16)  # the 16-token step once more
+    assert (first.depth, first.branches, first.kind) == (0, 1, "ar")
+    assert (second.depth, second.branches, second.kind) == (0, 1, "ar")
+    assert (third.depth, third.branches, third.kind) == (0, 1, "probe")
+    assert (third.target_tokens, third.target_tokens_all) == (16, 32)  # the 16-token step once more
     assert result.text == DELIM.join(steps)
 
 
@@ -437,7 +439,7 @@ def test_while_ar_wins_the_engine_writes_several_steps_per_request(engine_class)
     assert [s.text for s in result.steps] == [s + DELIM for s in steps[:-1]] + [steps[-1]]
     # 8 steps, a whole stretch; sync: a fork probe after 13, beside a lone step just before it; async (W = 1
     # pipelines lone target steps): the drafted probe's turn came after 6, it comes right after the stretch
-    assert result.round_log[0].target_steps == 8
+    assert result.round_log[0].kind == "stretch" and len(result.round_log[0].kept) == 8
     assert result.round_log[1].depth == (0 if engine_class is SyncEngine else 1)
     assert models.calls["generate"] >= 1
     assert result.stats.output_tokens == 16 * 20 and result.stats.rounds < 8

@@ -154,6 +154,21 @@ def test_the_demo_says_what_it_measured_decided_and_projects(capsys):
     assert describe_costs(estimate).endswith("→ AR, expected 1.00× AR")
 
 
+def test_the_demo_prints_the_plan_it_made_before_the_question_beside_what_the_question_measured():
+    from lookahead_reasoning.cli.display import plan_check, plan_line
+    from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate
+    from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RunStats
+
+    result = LookaheadResult(text="", answer=None, steps=[], round_log=[],
+                             stats=RunStats(acceptance_rate=0.75, wall_time_s=40.0))
+    base = BaselineResult(text="", answer=None, wall_time_s=44.0, output_tokens=200, finish="eos")
+    drafting = CostEstimate(planned_depth=3, planned_width=1, expected_speedup=1.08, alpha=0.83)
+    assert plan_check(drafting, result, base) == "planned: γ = 3, expected 1.08× AR at α̂ = 0.83; measured 1.10× at α = 0.75"
+    assert plan_line(CostEstimate(planned_depth=0, expected_speedup=1.0)).startswith("planned: AR")
+    assert plan_line(CostEstimate(planned_depth=1)) == "planned: nothing yet (the policy is still learning the costs)"
+    assert plan_line(None) == plan_line(CostEstimate())
+
+
 def test_the_planner_plans_from_the_estimates_it_is_given():
     """The planner holds no state: the same estimates give the same plan. Before the lone target step is timed,
     AR; before the slope is known, AR (which a fork probe joins), or the initial γ for the async chain pipeline,

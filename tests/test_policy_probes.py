@@ -207,7 +207,7 @@ def test_the_round_that_measures_the_draft_forks_no_branch_after_it():
     assert policy.costs.slope_known and policy.costs.c() is None
     config = LookaheadConfig(adaptive_depth=True, max_step_tokens=50)
     result = SyncEngine(config, models, FastPathVerifier(ScriptedJudge()), policy=policy).answer("q")
-    measuring = [r for r in result.round_log if r.measuring]
+    measuring = [r for r in result.round_log if r.kind == "measuring"]
     assert len(measuring) == 1 and measuring[0].depth == 1 and measuring[0].branches == 1
     assert widths[measuring[0].index] == 1  # one target request: the step after the prefix, not after the draft
     assert measuring[0].accepted == 1 and [s.source for s in measuring[0].kept] == ["draft"]

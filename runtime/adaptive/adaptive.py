@@ -134,22 +134,23 @@ class AdaptiveDepth:
                 self.faults.failed(record.faults, time.perf_counter())
             elif record.depth and self.faults.answered(record.started):
                 self.rates = MeasuredRates()  # measured before and during the outage, under another load
+        steps = len(record.kept) if record.kind == "stretch" else 1  # steps the longest target request wrote
         if record.index and record.target_tokens:  # an answer's first round is not timed (it prefills the prompt)
             others = record.target_others or 0.0  # measured while the round's requests were in flight
             if record.target_tokens_all:  # a branch shorter than the longest ran beside it for part of its time
                 others += (record.target_tokens_all - record.target_tokens) / record.target_tokens
-            self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=record.target_steps,
+            self.costs.observe_target(1, record.target_s, record.target_tokens, others, steps=steps,
                                       answers=answers, server_seconds=record.target_server_s)
         self.costs.observe_step_lengths(record.branch_tokens)
         if record.faults:  # the draft's and the verifier's times and verdicts measure the fault (faults.py)
             return
         self.costs.observe_draft(record.draft_s, record.draft_steps, answers)
         with self._lock:
-            if not record.depth and not record.probe_tokens:
-                self.probes.count_ar_steps(record.target_steps)  # what it wrote: a stretch ends early at EOS
+            if record.kind in ("ar", "stretch"):
+                self.probes.count_ar_steps(steps)  # what it wrote: a stretch ends early at EOS
             # a probe's or a measuring round's time says nothing of how fast AR or drafting advance
             timed = record.index and record.output_tokens and record.wall_s > 0
-            if timed and not (record.probe_tokens or record.measuring):
+            if timed and record.kind not in ("probe", "measuring"):
                 self.governor.sample_client()
                 kind = "draft" if record.depth else "ar"
                 self.rates.add(kind, self._counted_tokens(record), record.wall_s, forget, answers)
