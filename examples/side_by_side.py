@@ -8,8 +8,9 @@ For each problem the target alone (AR) runs first, then each method, one after a
 servers; each method keeps one reasoner across the problems, so the adaptive policy carries what it
 learned from problem to problem (as `lookahead run` does with its saved costs). One JSON line per problem
 is appended to --out as it finishes (a rerun skips the problems already there). At the end it prints,
-per method, the speedup against AR in wall time and per token (an answer of another length is not the
-same work), the acceptance, and how many answers equal AR's.
+per method, the speedup against AR in wall time (with a 95 % bootstrap interval over the problems, and the
+median problem's) and per token (an answer of another length is not the same work), the acceptance, and how
+many answers equal AR's.
 
 With `--probe` (the JSON of `lookahead servers probe --json` on the same servers) it also prints, for each
 method of a fixed γ, the ceiling: AR's own answers (their real step lengths) replayed through the method's
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -63,7 +65,25 @@ def ceiling(rows: list[dict], method: str, probe: ServerProbe) -> tuple[float, f
     return alpha, ceiling_of(answers, costs, rule_of(config.engine, config.fork), config.depth, alpha)
 
 
+def wall_interval(ar_seconds: list[float], lr_seconds: list[float]) -> tuple[float, float] | None:
+    """95 % percentile-bootstrap interval of AR's total time over LR's, resampling problems (each problem's two
+    times stay together); None under three problems."""
+    if len(ar_seconds) < 3:
+        return None
+    import numpy as np
+    import scipy.stats
+
+    def ratio(ar, lr, axis=-1):
+        return np.sum(ar, axis=axis) / np.sum(lr, axis=axis)
+
+    found = scipy.stats.bootstrap((np.array(ar_seconds), np.array(lr_seconds)), ratio, paired=True, vectorized=True,
+                                  n_resamples=2000, method="percentile", random_state=0).confidence_interval
+    return float(found.low), float(found.high)
+
+
 def compare(rows: list[dict], methods: list[str], probe: ServerProbe | None = None) -> list[str]:
+    """Per method: AR's time over its time, summed over the problems (with the problems' bootstrap interval and
+    the median problem's ratio), per token, the acceptance and the answers equal to AR's."""
     lines = []
     for method in methods:
         lr_s = sum(r[method]["seconds"] for r in rows)
@@ -73,7 +93,11 @@ def compare(rows: list[dict], methods: list[str], probe: ServerProbe | None = No
         accepted = sum(r[method]["accepted"] for r in rows)
         judged = sum(r[method]["judged"] for r in rows)
         same = sum(r[method]["answer"] == r["ar"]["answer"] for r in rows)
-        lines.append(f"{method}: {ar_s / lr_s:.3f}x AR wall, {(ar_s / ar_tokens) / (lr_s / lr_tokens):.3f}x per token "
+        interval = wall_interval([r["ar"]["seconds"] for r in rows], [r[method]["seconds"] for r in rows])
+        spread = f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
+        median = statistics.median(r["ar"]["seconds"] / r[method]["seconds"] for r in rows)
+        lines.append(f"{method}: {ar_s / lr_s:.3f}x AR wall{spread}, median problem {median:.3f}x, "
+                     f"{(ar_s / ar_tokens) / (lr_s / lr_tokens):.3f}x per token "
                      f"({lr_s:.0f} s / {lr_tokens} tokens against {ar_s:.0f} s / {ar_tokens}); accepted {accepted}/"
                      f"{judged}; answers equal to AR's {same}/{len(rows)}")
         bound = ceiling(rows, method, probe) if probe is not None else None

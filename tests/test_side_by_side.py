@@ -51,6 +51,20 @@ def test_methods_beside_ar_one_line_per_problem_and_a_rerun_resumes(sims, tmp_pa
     assert capsys.readouterr().out.count("problem ") == 1
 
 
+def test_the_wall_ratio_comes_with_the_problems_bootstrap_interval_and_the_median_problem():
+    script = _script()
+    assert script.wall_interval([10.0, 20.0], [5.0, 10.0]) is None  # too few problems to resample
+    low, high = script.wall_interval([10.0, 20.0, 30.0, 40.0], [5.0, 10.0, 15.0, 20.0])
+    assert low == pytest.approx(2.0) and high == pytest.approx(2.0)  # every problem twice as fast
+    ar, lr = [60.0, 100.0, 80.0, 70.0, 90.0], [50.0, 130.0, 75.0, 70.0, 60.0]
+    low, high = script.wall_interval(ar, lr)
+    assert low < sum(ar) / sum(lr) < high and low < 1.0 < high
+    rows = [{"problem": i, "ar": {"seconds": a, "tokens": 100, "answer": "1"},
+             "m": {"seconds": b, "tokens": 100, "answer": "1", "accepted": 1, "judged": 2}} for i, (a, b) in enumerate(zip(ar, lr))]
+    line = script.compare(rows, ["m"])[0]
+    assert line.startswith(f"m: {sum(ar) / sum(lr):.3f}x AR wall [{low:.3f}, {high:.3f}], median problem 1.067x, ")
+
+
 def test_a_method_must_name_its_engine_and_depth():
     with pytest.raises(SystemExit, match="ENGINE-DEPTH"):
         _script().method_config("fast", 100)
