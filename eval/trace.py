@@ -139,7 +139,8 @@ def render(rounds: list[RoundRecord], title: str = "lookahead trace", extra: dic
         starts = [s.start for s in record.spans] or [0.0]
         ends = [s.end for s in record.spans] + ([record.decided_s] if record.decided_s is not None else [])
         t0, t1 = min(starts), max(ends or [min(starts) + 1.0])
-        head = (f"round {record.index} ({record.kind}): γ = {record.depth}, accepted {record.accepted}/{record.positions}, "
+        head = (f"round {record.index} ({record.kind}): γ = {record.depth}, "
+                f"accepted {record.accepted}/{record.positions}, "
                 f"{len(record.kept)} step{'s' * (len(record.kept) != 1)} kept, wall {record.wall_s:.2f} s")
         if record.decided_s is not None:
             head += f", decided at {record.decided_s:.2f} s"

@@ -298,7 +298,8 @@ class Engine:
                 else "drafting" if plan.depth else "ar")
         return self._finish_round(
             state, walk,
-            depth=plan.depth, kind=kind, started=started, judged=judged, draft_s=draft_s, target_s=fork.ended - fork.started,
+            depth=plan.depth, kind=kind, started=started, judged=judged, draft_s=draft_s,
+            target_s=fork.ended - fork.started,
             target_server_s=server_s([t.server_s for t in outputs], max), verify_s=verify_s,
             branches=len(fork.branches), target_tokens=max(t.completion_tokens for t in returned),
             target_tokens_all=sum(t.completion_tokens for t in outputs), target_others=fork.others,

@@ -19,7 +19,8 @@ def _round(depth: int, wall_s: float, accepted: int = 0, faults: list[str] | Non
     judged = [JudgedDraft(draft="d", target="t", accept=i < accepted, score=None, method="llm-judge")
               for i in range(depth)]
     return RoundRecord(index=index, depth=depth, kind="drafting" if depth else "ar", judged=judged, accepted=accepted,
-                       positions=min(depth, accepted + 1), kept=kept, finished=False, started=time.perf_counter(), draft_s=0.1 * depth, target_s=1.0,
+                       positions=min(depth, accepted + 1), kept=kept, finished=False, started=time.perf_counter(),
+                       draft_s=0.1 * depth, target_s=1.0,
                        verify_s=wall_s - 1.0 if depth else 0.0, wall_s=wall_s, output_tokens=40 * (accepted + 1),
                        draft_steps=depth, faults=faults or [])
 

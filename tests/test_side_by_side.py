@@ -60,7 +60,8 @@ def test_the_wall_ratio_comes_with_the_problems_bootstrap_interval_and_the_media
     low, high = script.wall_interval(ar, lr)
     assert low < sum(ar) / sum(lr) < high and low < 1.0 < high
     rows = [{"problem": i, "ar": {"seconds": a, "tokens": 100, "answer": "1"},
-             "m": {"seconds": b, "tokens": 100, "answer": "1", "accepted": 1, "judged": 2}} for i, (a, b) in enumerate(zip(ar, lr))]
+             "m": {"seconds": b, "tokens": 100, "answer": "1", "accepted": 1, "judged": 2}}
+            for i, (a, b) in enumerate(zip(ar, lr))]
     line = script.compare(rows, ["m"])[0]
     assert line.startswith(f"m: {sum(ar) / sum(lr):.3f}x AR wall [{low:.3f}, {high:.3f}], median problem 1.067x, ")
 
