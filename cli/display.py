@@ -44,11 +44,13 @@ def plan_line(estimate: CostEstimate | None) -> str:
 
 
 def plan_check(planned: CostEstimate | None, result: LookaheadResult, baseline: BaselineResult) -> str:
-    """The plan made before the answer beside what the answer measured."""
-    measured = baseline.wall_time_s / max(result.stats.wall_time_s, 1e-9)
-    alpha = result.stats.acceptance_rate
-    at = "" if alpha is None else f" at α = {alpha:.2f}"
-    return f"{plan_line(planned)}; measured {measured:.2f}×{at}"
+    """The plan made before the answer beside what the answer measured: in wall time, and per token, which is
+    what the plan prices (accepted draft steps can make LR's answer longer or shorter than AR's)."""
+    s = result.stats
+    wall = baseline.wall_time_s / max(s.wall_time_s, 1e-9)
+    per_token = (s.output_tokens / max(s.wall_time_s, 1e-9)) / (baseline.output_tokens / max(baseline.wall_time_s, 1e-9))
+    at = "" if s.acceptance_rate is None else f" at α = {s.acceptance_rate:.2f}"
+    return f"{plan_line(planned)}; measured {per_token:.2f}× per token ({wall:.2f}× in wall time){at}"
 
 
 def _trees(estimate: CostEstimate) -> str:

@@ -21,10 +21,12 @@ DEMO_QUESTION = (
     "How many clips did Natalia sell altogether in April and May?"
 )
 # answered first, unmeasured, so that the adaptive policy has learned the servers' costs (its probes and its
-# measuring round) before the demo question: the question then runs the plan the demo prints beside it
+# measuring round) and α before the demo question, which then runs the plan the demo prints beside it. It is a
+# question of the demo question's kind (a quantity, a multiple of it, their sum): α depends on the question,
+# and one answer's α̂ carries over only to answers like it.
 WARM_UP_QUESTION = (
-    "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. "
-    "How much did she earn?"
+    "Tom read 24 pages of a book on Monday, and then he read three times as many pages on Tuesday. "
+    "How many pages did Tom read on Monday and Tuesday together?"
 )
 
 
