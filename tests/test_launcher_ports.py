@@ -15,7 +15,7 @@ from lookahead_reasoning.runtime.servers.specs import LaunchSpec
 from lookahead_reasoning.runtime.servers.starting import ServerGroup
 from lookahead_reasoning.runtime.servers.processes import answers
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.slow]  # a minute each: a real server started per test
 
 
 def _listening(port: int = 0) -> socket.socket:

@@ -3,6 +3,7 @@ toward AR when branches stop being free, and drafts again when they are free aga
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 
 from lookahead_reasoning.runtime.adaptive import probes
@@ -30,6 +31,7 @@ def _ask(url: str, n: int = 1, concurrency: int = 1) -> None:
         list(pool.map(one, range(n)))
 
 
+@pytest.mark.slow  # one to two and a half minutes: the policy must see a load come and go
 def test_serve_backs_off_under_load_and_drafts_again_when_it_falls(sim_servers, monkeypatch):
     # probes may cost 10 % of the time, not 2 %: the same schedule five times denser, so that seeing a load come
     # and go takes tens of requests, not hundreds (minutes on a 2-core machine)
