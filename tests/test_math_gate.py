@@ -236,6 +236,19 @@ def test_a_draft_that_states_less_or_nothing_comparable_is_left_to_the_inner_ver
     assert disagreement("The roots are x = 2, 3.\n\n", "The roots are x = 3, 2.\n\n") is None
 
 
+def test_a_step_that_states_mathematics_against_one_that_writes_none_is_rejected():
+    plan = "To solve this problem, we need to find a two-digit number where we are given two facts:\n\n"
+    sets_up = "Let the number be \\(10a + b\\). The digits sum to 13, so\n\\[a + b = 13.\\]\n\n"
+    assert disagreement(sets_up, plan) == "only the target's step states mathematics"
+    assert disagreement(plan, sets_up) == "only the draft's step states mathematics"
+    computes = "The remainder of 2004 divided by 12 is \\(\\boxed{0}\\).\n\n"
+    assert disagreement(computes, "Let's do this step by step:\n\n") == "only the target's step states mathematics"
+    # both only announce; a list's lone number is no mathematics; a formula it cannot read is not nothing
+    assert disagreement(plan, "First, let's find the two digits.\n\n") is None
+    assert disagreement("Step 1: find the digits.\n\n", plan) is None
+    assert disagreement(sets_up, "We write \\( \\overline{ab} \\) for the number.\n\n") is None
+
+
 def test_the_parts_it_reads():
     assert latex_to_plain("\\frac{21}{3}") == "((21)/(3))"
     assert evaluate(latex_to_plain("\\left( -4 - 2 \\right)^{2}"), False).samples[0][0] == 36

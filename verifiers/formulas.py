@@ -38,6 +38,8 @@ class Stated:
     result: Value | None = None
     equation: tuple[Value, Value] | None = None  # the last chain's (expression in letters, constant)
     equations: list[tuple[Value, Value]] = field(default_factory=list)  # every chain's such pairs
+    formulas: int = 0  # formulas written, read or not
+    numbers: int = 0  # numbers written, in formulas or in words
 
 
 _CODE = re.compile(r"```.*?(?:```|$)", re.S)
@@ -221,7 +223,7 @@ def read_step(step: str, imaginary_i: bool = False) -> Stated:
     statements: list[_Statement] = []
     for kind, segment in _segments(text):
         statements += _latex_statements(segment) if kind == "latex" else _plain_statements(segment)
-    stated, reader = Stated(), _PartReader(imaginary_i)
+    stated, reader = Stated(formulas=len(statements)), _PartReader(imaginary_i)
     chain_result = standalone_result = None
     for statement in statements[:MAX_STATEMENTS]:
         read = [reader.read(part) for part in statement.parts]
@@ -242,7 +244,9 @@ def read_step(step: str, imaginary_i: bool = False) -> Stated:
                                  for c in values if c is not None and not c.symbols]
             stated.equation = _equation(values)
     stated.result = chain_result if chain_result is not None else standalone_result
-    stated.values += [Value(((complex(n),) * SAMPLE_POINTS,)) for n in numbers_in(text)]
+    numbers = numbers_in(text)
+    stated.values += [Value(((complex(n),) * SAMPLE_POINTS,)) for n in numbers]
+    stated.numbers = len(numbers)
     return stated
 
 

@@ -14,7 +14,11 @@ LaTeX or plain text, each part evaluated (expressions.py). The gate rejects a pa
   alone where the constants differ (`2x = 6` and `x = 3` state one equation), where the constant is 0, 1
   or -1 (`2x - 6 = 0` and `x - 3 = 0`, `x/y = 1` and `y/x = 1` state one equation too), where either step
   also states the other's equation (a system, in another order), and where one expression lacks a letter
-  of the other that the context or a step gives a value (`a = 13`: a substitution).
+  of the other that the context or a step gives a value (`a = 13`: a substitution); or
+- one step states mathematics (an equation, a named quantity's value, or two numbers or more) and the
+  other writes no formula and at most one number: the two have reached different points of the solution
+  (one sets up `a + b = 13` where the other only announces its plan, one lists the multiples 6, 12, 18
+  where the other stops before them).
 Steps that state nothing comparable, and formulas it cannot read, go to the inner verifier, which also
 decides every pair the gate does not reject: the gate only ever turns an acceptance into a rejection.
 """
@@ -41,7 +45,21 @@ def _disagreement(target_step: str, draft_step: str, context_complex: bool, cont
     imaginary_i = context_complex or imaginary_unit(target_step) or imaginary_unit(draft_step)
     target, draft = read_step(target_step, imaginary_i), read_step(draft_step, imaginary_i)
     return _compare(target, draft) or _same_value_for_another_expression(
-        target, draft, (context, target_step, draft_step))
+        target, draft, (context, target_step, draft_step)) or _one_sided(target, draft)
+
+
+def _one_sided(target: Stated, draft: Stated) -> str | None:
+    def states_mathematics(stated: Stated) -> bool:  # a lone number may be a list's ("Step 1")
+        return bool(stated.equations or stated.quantities) or stated.numbers >= 2
+
+    def writes_none(stated: Stated) -> bool:  # a formula it cannot read is not nothing
+        return not stated.formulas and stated.numbers < 2
+
+    if states_mathematics(target) and writes_none(draft):
+        return "only the target's step states mathematics"
+    if states_mathematics(draft) and writes_none(target):
+        return "only the draft's step states mathematics"
+    return None
 
 
 def _compare(target: Stated, draft: Stated) -> str | None:
