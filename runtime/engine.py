@@ -136,8 +136,9 @@ class Engine:
                 self._check_deadline()
                 started = time.perf_counter()
                 plan = self._plan(state, self.policy)
-                if state.handed_on is not None and not self._streams(plan):
-                    record = self._streamed_round(state, RoundPlan(0), started)  # keep the running target step first
+                streams = self._streams(plan)
+                if streams or state.handed_on is not None:  # a running target step handed on is kept first
+                    record = self._streamed_round(state, plan if streams else RoundPlan(0), started)
                 elif plan.stretch_tokens:
                     record = self._ar_stretch(state, plan.stretch_tokens, started)
                 else:
@@ -153,7 +154,8 @@ class Engine:
         return state.result(self.policy.cost_estimate())
 
     def _drafting_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
-        """One round that drafts `plan.depth` steps (none for an AR round of one step) and verifies them."""
+        """One round of a batched fork (the async engine: its pipeline) that drafts `plan.depth` steps (none for an AR
+        round of one step) and verifies them."""
         raise NotImplementedError
 
     def _streams(self, plan: RoundPlan) -> bool:
@@ -180,7 +182,7 @@ class Engine:
         tree, draft_s = DraftTree([]), 0.0
         if plan.depth:
             try:
-                tree = self._draft(state.prefix, plan, cap)
+                tree = draft_tree(self.models, state.prefix, plan.depth, plan.width, cap, self.config.max_tree_nodes)
             except Exception as error:
                 state.draft_failed(error)
             draft_s = time.perf_counter() - started
@@ -240,9 +242,6 @@ class Engine:
     def _walk(self, state: AnswerState) -> AcceptanceWalk:
         """The acceptance walk of the answer's next round; kept steps are announced as they are kept."""
         return AcceptanceWalk(len(state.log), self.config.max_tokens - state.metrics.output_tokens, self.announce)
-
-    def _draft(self, prefix: str, plan: RoundPlan, cap: int) -> DraftTree:
-        return draft_tree(self.models, prefix, plan.depth, plan.width, cap, self.config.max_tree_nodes)
 
     def _plan(self, state: AnswerState, policy: DepthPolicy) -> RoundPlan:
         """The next round's plan; once drafting was turned off, AR rounds of one step."""
@@ -393,13 +392,11 @@ class SyncEngine(Engine):
                 and not plan.stretch_tokens and supports_streaming(self.models))
 
     def _drafting_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
-        if self._streams(plan):
-            return self._streamed_round(state, plan, started)
         cap = self._cap(state)
         tree = DraftTree([])
         if plan.depth:
             try:
-                tree = self._draft(state.prefix, plan, cap)
+                tree = draft_tree(self.models, state.prefix, plan.depth, plan.width, cap, self.config.max_tree_nodes)
             except Exception as error:
                 state.draft_failed(error)
         # a measuring round's target writes only its own step: no branch after the draft
@@ -438,7 +435,7 @@ class AsyncEngine(Engine):
 
     def _timed_draft(self, prefix: str, plan: RoundPlan, cap: int) -> tuple[DraftTree, float]:
         t0 = time.perf_counter()
-        tree = self._draft(prefix, plan, cap)
+        tree = draft_tree(self.models, prefix, plan.depth, plan.width, cap, self.config.max_tree_nodes)
         return tree, time.perf_counter() - t0
 
     def _window_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
