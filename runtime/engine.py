@@ -182,7 +182,7 @@ class Engine:
         tree, draft_s = DraftTree([]), 0.0
         if plan.depth:
             try:
-                tree = draft_tree(self.models, state.prefix, plan.depth, plan.width, cap, self.config.max_tree_nodes)
+                tree = self._draft(state.prefix, plan, cap)
             except Exception as error:
                 state.draft_failed(error)
             draft_s = time.perf_counter() - started
@@ -242,6 +242,9 @@ class Engine:
     def _walk(self, state: AnswerState) -> AcceptanceWalk:
         """The acceptance walk of the answer's next round; kept steps are announced as they are kept."""
         return AcceptanceWalk(len(state.log), self.config.max_tokens - state.metrics.output_tokens, self.announce)
+
+    def _draft(self, prefix: str, plan: RoundPlan, cap: int) -> DraftTree:
+        return draft_tree(self.models, prefix, plan.depth, plan.width, cap, self.config.max_tree_nodes)
 
     def _plan(self, state: AnswerState, policy: DepthPolicy) -> RoundPlan:
         """The next round's plan; once drafting was turned off, AR rounds of one step."""
@@ -396,7 +399,7 @@ class SyncEngine(Engine):
         tree = DraftTree([])
         if plan.depth:
             try:
-                tree = draft_tree(self.models, state.prefix, plan.depth, plan.width, cap, self.config.max_tree_nodes)
+                tree = self._draft(state.prefix, plan, cap)
             except Exception as error:
                 state.draft_failed(error)
         # a measuring round's target writes only its own step: no branch after the draft
@@ -435,7 +438,7 @@ class AsyncEngine(Engine):
 
     def _timed_draft(self, prefix: str, plan: RoundPlan, cap: int) -> tuple[DraftTree, float]:
         t0 = time.perf_counter()
-        tree = draft_tree(self.models, prefix, plan.depth, plan.width, cap, self.config.max_tree_nodes)
+        tree = self._draft(prefix, plan, cap)
         return tree, time.perf_counter() - t0
 
     def _window_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:

@@ -17,8 +17,8 @@ LaTeX or plain text, each part evaluated (expressions.py). The gate rejects a pa
   of the other that the context or a step gives a value (`a = 13`: a substitution); or
 - one step states mathematics (an equation, a named quantity's value, or two numbers or more) and the
   other writes no formula and at most one number: the two have reached different points of the solution
-  (one sets up `a + b = 13` where the other only announces its plan, one lists the multiples 6, 12, 18
-  where the other stops before them).
+  (one sets up `a + b = 13` where the other only announces its plan, one gives the remainder of 2004 by
+  12 where the other only says it will work it out).
 Steps that state nothing comparable, and formulas it cannot read, go to the inner verifier, which also
 decides every pair the gate does not reject: the gate only ever turns an acceptance into a rejection.
 """
