@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate
+from lookahead_reasoning.runtime.results import CostEstimate
 from lookahead_reasoning.runtime.adaptive.depth import DepthPolicy
 from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RoundRecord
 from lookahead_reasoning.runtime.adaptive.theory import best_depth, engine_speedup
@@ -202,7 +202,8 @@ def print_cost_story(console: Console, result: LookaheadResult, engine: str = "s
                       f"{estimate.expected_speedup:.2f}× AR at these costs{_trees(estimate)}")
     if alpha is None:
         return
-    depth, speedup = best_depth(engine, min(alpha, 0.999), GPU_LIKE["c"], GPU_LIKE["judge"])
+    depth, speedup = best_depth(
+        lambda depth: engine_speedup(engine, depth, min(alpha, 0.999), GPU_LIKE["c"], GPU_LIKE["judge"]), 8)
     console.print(f"[bold]projection (theory, not a measurement):[/] at α = {alpha:.2f} on a GPU where branches "
                   f"are free (B = 1, c = {GPU_LIKE['c']}, j = {GPU_LIKE['judge']}), γ = {depth} would give "
                   f"{speedup:.2f}× AR")

@@ -7,7 +7,7 @@ from typing import Callable, Literal
 
 from lookahead_reasoning.runtime.answers import last_boxed
 from lookahead_reasoning.runtime.branches import Branch
-from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate
+from lookahead_reasoning.runtime.results import CostEstimate
 from lookahead_reasoning.runtime.results import LookaheadResult, RoundRecord, StepRecord, TraceSpan
 from lookahead_reasoning.runtime.stats import RunMetrics
 

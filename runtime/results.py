@@ -6,7 +6,33 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate
+
+class CostEstimate(BaseModel):
+    """What the adaptive policy's cost model (runtime/adaptive/cost_model.py) estimates (`stats.cost_model`); None where
+    it has no data yet."""
+
+    target_s_per_token: float | None = None
+    request_overhead_s: float | None = None  # o: a target request's fixed seconds, the client's share included
+    branch_cost: dict[int, float] = {}  # B(n) for a few widths n, at `concurrency`
+    fork_cost: dict[int, float] = {}  # the same with the fork's longest branch: what a round's fork costs
+    branch_slope: float | None = None  # s: a mean step's extra time per extra concurrent request, over its time alone
+    concurrency: float = 1.0  # answers sharing the servers when the estimate was made
+    c: float | None = None  # the draft's time per step over the target's, at `concurrency`
+    # the verifier's seconds for one pair (a fork of n pairs costs B(n) times this)
+    verify_s_per_round: float | None = None
+    j: float | None = None  # the same in target steps, at `concurrency`
+    step_tokens: float | None = None
+    observations: int = 0
+    alpha: float | None = None  # the policy's acceptance estimate
+    planned_depth: int | None = None  # the γ it would choose now (0: plain AR)
+    planned_width: int | None = None  # the W it would choose now
+    width_speedups: dict[int, float] = {}  # with --width W > 1: the best expected speedup at each width
+    # over AR, by the theory with these costs at the plan's α (adaptive/planner.py)
+    expected_speedup: float | None = None
+    measured_gain: float | None = None  # tokens/s of the rounds that drafted over that of AR rounds, measured
+    draft_slots: int | None = None  # how many of the answers sharing the policy may be in a drafting round at once
+    # the CPU the client process used over the last second, in cores (client_cpu.py)
+    client_cores: float | None = None
 
 
 class StepRecord(BaseModel):

@@ -109,10 +109,10 @@ def test_a_fork_is_priced_by_its_longest_branch_where_steps_vary_in_length():
     assert model.branch_cost(2) == pytest.approx(1.0, abs=0.05)  # n branches of one length: free
     longest, mean = 20 * 0.25 + 80 * 0.75, 50  # two branches: both 20 tokens only a quarter of the time
     expected = (OVERHEAD_S + PER_TOKEN_S * longest) / (OVERHEAD_S + PER_TOKEN_S * mean)
-    assert model.fork_cost(2) == pytest.approx(expected, rel=0.05)
+    assert model.branch_cost(2, longest=True) == pytest.approx(expected, rel=0.05)
     assert model.estimate().fork_cost[2] == pytest.approx(expected, rel=0.05)
     model.observe_step_lengths([50] * 64)  # steps of one length: the fork costs what its branches do
-    assert model.fork_cost(2) == pytest.approx(model.branch_cost(2))
+    assert model.branch_cost(2, longest=True) == pytest.approx(model.branch_cost(2))
 
 
 def test_the_first_fork_probe_measures_free_branches_where_steps_vary_in_length():

@@ -156,7 +156,7 @@ def test_the_demo_says_what_it_measured_decided_and_projects(capsys):
 
 def test_the_demo_prints_the_plan_it_made_before_the_question_beside_what_the_question_measured():
     from lookahead_reasoning.cli.display import plan_check, plan_line
-    from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate
+    from lookahead_reasoning.runtime.results import CostEstimate
     from lookahead_reasoning.runtime.results import BaselineResult, LookaheadResult, RunStats
 
     result = LookaheadResult(text="", answer=None, steps=[], round_log=[],
@@ -206,7 +206,7 @@ def test_trees_are_capped_where_their_leaves_would_pass_the_node_budget():
 def test_the_demo_names_the_draft_as_the_reason_where_branches_are_free_but_ar_wins(capsys):
     from rich.console import Console
 
-    from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate
+    from lookahead_reasoning.runtime.results import CostEstimate
     from lookahead_reasoning.cli.display import print_cost_story
     from lookahead_reasoning.runtime.results import LookaheadResult, RunStats
 

@@ -61,7 +61,6 @@ def test_window_pipelining_hand_values():
     assert theory.f_windows(4, 0.5, 0.4, judge=0.2, branch=1.5) == pytest.approx(
         theory.expected_steps(4, 0.5) / (0.0625 * 1.7 + 0.9375 * 3.3))
     assert theory.f_windows(3, 1.0, 0.1) == pytest.approx(3.0)  # all accepted: γ steps a stage
-    assert theory.combined(1.5, 2.0) == 3.0
 
 
 def test_steps_a_round_keeps_by_hand():
@@ -72,11 +71,17 @@ def test_steps_a_round_keeps_by_hand():
     assert theory.round_steps("async", 1, 0.0) == pytest.approx(1.0)
 
 
+def _best(engine, alpha, c, judge=0.0, branch_cost=theory.free_branches):
+    """theory.best_depth over the engine's speedup, γ up to 8."""
+    return theory.best_depth(lambda depth: theory.engine_speedup(engine, depth, alpha, c, judge,
+                                                                 branch_cost=branch_cost), 8)
+
+
 def test_best_depth_picks_the_maximum_and_falls_back_to_ar():
-    depth, speedup = theory.best_depth("sync", 0.8, 0.05)
+    depth, speedup = _best("sync", 0.8, 0.05)
     assert speedup == max(theory.engine_speedup("sync", d, 0.8, 0.05) for d in range(1, 9))
     assert theory.engine_speedup("sync", depth, 0.8, 0.05) == speedup
-    assert theory.best_depth("sync", 0.05, 0.6, judge=0.5) == (0, 1.0)  # LR cannot pay: plain AR
+    assert _best("sync", 0.05, 0.6, judge=0.5) == (0, 1.0)  # LR cannot pay: plain AR
 
 
 @pytest.mark.parametrize("alpha, c, k", [(1.5, 0.1, 2), (0.5, 0.0, 2), (0.5, 0.1, 0)])
@@ -119,9 +124,9 @@ def test_trees_pay_for_each_distinct_prefix():
 
 def test_linear_branch_cost_makes_ar_the_best_choice_and_free_branches_draft():
     linear = lambda n: float(n)  # noqa: E731
-    assert theory.best_depth("sync", 1.0 - 1e-9, 0.38, judge=0.3, branch_cost=linear) == (0, 1.0)
-    assert theory.best_depth("async", 0.9, 0.38, judge=0.3, branch_cost=linear) == (0, 1.0)
-    assert theory.best_depth("sync", 0.7, 0.1, judge=0.1)[0] >= 2
+    assert _best("sync", 1.0 - 1e-9, 0.38, judge=0.3, branch_cost=linear) == (0, 1.0)
+    assert _best("async", 0.9, 0.38, judge=0.3, branch_cost=linear) == (0, 1.0)
+    assert _best("sync", 0.7, 0.1, judge=0.1)[0] >= 2
 
 
 # --- a problem of N steps: finite_speedup ----------------------------------------------------------------
@@ -328,7 +333,7 @@ def test_bench_points_carry_the_n_step_theory():
     # adaptive: the best fixed γ for 12-step problems, which need not be the endless formula's best
     best = max(finite_theory.finite_speedup("async", d, 0.7, 0.1, j, steps=12) for d in range(1, 9))
     assert _theory("async", "adaptive", 0.7, 0.1, j, 1, 0.7, steps=12) == best
-    assert _theory("async", "adaptive", 0.7, 0.1, j, 1, 0.7) == theory.best_depth("async", 0.7, 0.1, j)[1]
+    assert _theory("async", "adaptive", 0.7, 0.1, j, 1, 0.7) == _best("async", 0.7, 0.1, j)[1]
     assert _theory("sync", "adaptive", 0.05, 0.6, 0.5, 1, 0.05, steps=12) == 1.0  # AR when nothing pays
     # trees: the best over widths and γ, each width at the α of its W candidates, windows for async
     tree = _theory("async", "adaptive", 0.84, 0.1, j, 2, 0.6, steps=12)

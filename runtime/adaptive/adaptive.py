@@ -13,7 +13,7 @@ import threading
 import time
 
 from lookahead_reasoning.runtime.adaptive.client_cpu import ClientCpu
-from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate, CostModel, per_answer
+from lookahead_reasoning.runtime.adaptive.cost_model import CostModel, per_answer
 from lookahead_reasoning.runtime.adaptive.alpha import Acceptance
 from lookahead_reasoning.runtime.adaptive.tuning import ALPHA_SLOW_FORGET, GAIN_TO_WIDEN
 from lookahead_reasoning.runtime.adaptive.faults import RoleFaults
@@ -24,7 +24,7 @@ from lookahead_reasoning.runtime.adaptive.rates import MeasuredRates
 from lookahead_reasoning.runtime.adaptive.round_plan import RoundPlan
 from lookahead_reasoning.runtime.adaptive.stretches import ar_step, stretch
 from lookahead_reasoning.runtime.adaptive.target_load import TargetLoad
-from lookahead_reasoning.runtime.results import RoundRecord
+from lookahead_reasoning.runtime.results import CostEstimate, RoundRecord
 from lookahead_reasoning.verifiers.base import ExactMatchVerifier
 from lookahead_reasoning.verifiers.registry import GATE_METHODS
 

@@ -34,49 +34,21 @@ import json
 import threading
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from lookahead_reasoning.files import cache_dir, write_atomically
 from lookahead_reasoning.runtime.adaptive.cost_fit import Average, Fit, TargetFit, per_answer
 from lookahead_reasoning.runtime.adaptive.tuning import MAX_SLOPE
 from lookahead_reasoning.runtime.adaptive.step_lengths import StepLengths
+from lookahead_reasoning.runtime.results import CostEstimate
 
-__all__ = ["MAX_SLOPE", "CostEstimate", "CostModel", "load_costs", "per_answer", "save_costs"]
+__all__ = ["MAX_SLOPE", "CostModel", "load_costs", "per_answer", "save_costs"]
 
 KEEP_SERVER_SETS = 20  # server sets whose costs the cache file keeps
-
-
-class CostEstimate(BaseModel):
-    """The model's current estimates (`stats.cost_model`); None where it has no data yet."""
-
-    target_s_per_token: float | None = None
-    request_overhead_s: float | None = None  # o: a target request's fixed seconds, the client's share included
-    branch_cost: dict[int, float] = {}  # B(n) for a few widths n, at `concurrency`
-    fork_cost: dict[int, float] = {}  # the same with the fork's longest branch: what a round's fork costs
-    branch_slope: float | None = None  # s: a mean step's extra time per extra concurrent request, over its time alone
-    concurrency: float = 1.0  # answers sharing the servers when the estimate was made
-    c: float | None = None  # the draft's time per step over the target's, at `concurrency`
-    # the verifier's seconds for one pair (a fork of n pairs costs B(n) times this)
-    verify_s_per_round: float | None = None
-    j: float | None = None  # the same in target steps, at `concurrency`
-    step_tokens: float | None = None
-    observations: int = 0
-    alpha: float | None = None  # the policy's acceptance estimate
-    planned_depth: int | None = None  # the γ it would choose now (0: plain AR)
-    planned_width: int | None = None  # the W it would choose now
-    width_speedups: dict[int, float] = {}  # with --width W > 1: the best expected speedup at each width
-    # over AR, by the theory with these costs at the plan's α (adaptive/planner.py)
-    expected_speedup: float | None = None
-    measured_gain: float | None = None  # tokens/s of the rounds that drafted over that of AR rounds, measured
-    draft_slots: int | None = None  # how many of the answers sharing the policy may be in a drafting round at once
-    # the CPU the client process used over the last second, in cores (client_cpu.py)
-    client_cores: float | None = None
 
 
 class CostModel:
     def __init__(self, forget: float = 0.8):
         self.forget = forget
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: the public estimates build on one another
         self._target = TargetFit(forget)
         self._draft_step = Average()  # seconds per drafted step, its request's fixed cost included
         self._judge = Average()  # seconds per round / B(pairs)
@@ -153,7 +125,7 @@ class CostModel:
     def observe_verifier(self, pairs: int, seconds: float, answers: float = 1.0) -> None:
         if pairs > 0 and seconds > 0:
             with self._lock:
-                self._judge.add(seconds / self._branch_cost(pairs, 1), per_answer(self.forget, answers))
+                self._judge.add(seconds / self.branch_cost(pairs), per_answer(self.forget, answers))
                 self.version += 1
 
     # -- estimates ------------------------------------------------------------------
@@ -177,26 +149,16 @@ class CostModel:
         per_request, alone = self._fit()[1], self._step_s(1.0)
         return None if per_request is None or not alone else per_request * self._step_tokens() / alone
 
-    def _branch_cost(self, n: int, concurrency: float, longest: bool = False) -> float:
-        """A fork of n branches of the mean length over a step at the same load; `longest`: the fork ends with its
-        longest branch, E[the longest of n step lengths] tokens."""
-        fit = self._fit()
-        c = max(1.0, concurrency)
-        tokens = self._lengths.longest(n) if longest else None
-        alone, forked = self._step_s(c, fit), self._step_s(c * n, fit, tokens=tokens)
-        return forked / alone if alone and forked else 1.0
-
-    def branch_cost(self, n: int, concurrency: float = 1.0) -> float:
-        """B(n) when `concurrency` answers share the servers: n branches of one length over one (1 where
-        nothing is known); what `lookahead servers probe` measures."""
+    def branch_cost(self, n: int, concurrency: float = 1.0, longest: bool = False) -> float:
+        """B(n) when `concurrency` answers share the servers: n branches of one length over one (1 where nothing
+        is known), what `lookahead servers probe` measures. `longest`: what a round's fork of n branches costs,
+        which ends with its longest branch, E[the longest of n step lengths] tokens (what the theory prices a
+        round's fork at)."""
         with self._lock:
-            return self._branch_cost(n, concurrency)
-
-    def fork_cost(self, n: int, concurrency: float = 1.0) -> float:
-        """What a round's fork of n target branches costs in target steps: B(n), with the fork's longest branch
-        in place of a step of the mean length (what the theory prices a round's fork at)."""
-        with self._lock:
-            return self._branch_cost(n, concurrency, longest=True)
+            fit, c = self._fit(), max(1.0, concurrency)
+            tokens = self._lengths.longest(n) if longest else None
+            alone, forked = self._step_s(c, fit), self._step_s(c * n, fit, tokens=tokens)
+            return forked / alone if alone and forked else 1.0
 
     @property
     def ready(self) -> bool:
@@ -219,19 +181,18 @@ class CostModel:
 
     # c and j are in target steps at the load the plan is for: the theory prices a round against the step AR
     # would take there, as B(n) is (against the step alone, both would read (1 + s(C − 1)) times too high)
-    def _c(self, concurrency: float) -> float | None:
-        step, draft = self._step_s(max(1.0, concurrency)), self._draft_step.value
-        return draft / step if step and draft is not None else None
-
-    def _j(self, concurrency: float) -> float | None:
-        step, judge = self._step_s(max(1.0, concurrency)), self._judge.value
-        return judge / step if step and judge is not None else None
-
     def c(self, concurrency: float = 1.0) -> float | None:
         """The draft's time per step over the target's (a step of the mean length) while `concurrency`
         answers share the servers."""
         with self._lock:
-            return self._c(concurrency)
+            step, draft = self._step_s(max(1.0, concurrency)), self._draft_step.value
+            return draft / step if step and draft is not None else None
+
+    def j(self, concurrency: float = 1.0) -> float | None:
+        """The verifier's time for one pair over the target's step, as `c`."""
+        with self._lock:
+            step, judge = self._step_s(max(1.0, concurrency)), self._judge.value
+            return judge / step if step and judge is not None else None
 
     def request_share(self, concurrency: float = 1.0) -> float:
         """A target request's fixed cost o over the time of a step of the mean length (0 where unknown):
@@ -244,34 +205,30 @@ class CostModel:
     def judge_cost(self, pairs: int, concurrency: float = 1.0) -> float:
         """j(pairs): the verifier's time per round in target steps (0 where nothing is known)."""
         with self._lock:
-            j = self._j(concurrency)
-            return 0.0 if j is None else j * self._branch_cost(pairs, concurrency)
+            j = self.j(concurrency)
+            return 0.0 if j is None else j * self.branch_cost(pairs, concurrency)
 
     def step_figures(self) -> tuple[float | None, float | None, float | None]:
         """(tokens of a step, the target's seconds per token alone, a request's fixed seconds) as `estimate` gives
         them, without building one: the policy asks for them as it plans each round."""
         with self._lock:
-            return self._step_figures()
-
-    def _step_figures(self) -> tuple[float | None, float | None, float | None]:
-        t1, _, overhead = self._fit()
-        return self._step_tokens(), t1, overhead if t1 is not None else None
+            t1, _, overhead = self._fit()
+            return self._step_tokens(), t1, overhead if t1 is not None else None
 
     def estimate(self, concurrency: float = 1.0) -> CostEstimate:
         with self._lock:
-            step_tokens, t1, overhead = self._step_figures()
+            step_tokens, t1, overhead = self.step_figures()
             slope = self._slope()
+            known = (2, 3, 5) if slope is not None else ()
             return CostEstimate(
                 target_s_per_token=t1,
                 request_overhead_s=overhead,
-                branch_cost={n: round(self._branch_cost(n, concurrency), 3) for n in (2, 3, 5)}
-                if slope is not None else {},
-                fork_cost={n: round(self._branch_cost(n, concurrency, longest=True), 3) for n in (2, 3, 5)}
-                if slope is not None else {},
+                branch_cost={n: round(self.branch_cost(n, concurrency), 3) for n in known},
+                fork_cost={n: round(self.branch_cost(n, concurrency, longest=True), 3) for n in known},
                 branch_slope=slope,
-                c=self._c(concurrency),
+                c=self.c(concurrency),
                 verify_s_per_round=self._judge.value,
-                j=self._j(concurrency),
+                j=self.j(concurrency),
                 step_tokens=step_tokens,
                 observations=self.observations,
                 concurrency=concurrency,

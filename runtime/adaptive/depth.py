@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from lookahead_reasoning.runtime.adaptive.client_cpu import ClientCpu
 from lookahead_reasoning.runtime.config import LookaheadConfig
-from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate, CostModel
+from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
 from lookahead_reasoning.runtime.adaptive.adaptive import AdaptiveDepth
 from lookahead_reasoning.runtime.adaptive.alpha import AcceptanceTally
 from lookahead_reasoning.runtime.adaptive.planner import depth_limit
 from lookahead_reasoning.runtime.adaptive.round_plan import DepthPolicy, RoundPlan
 from lookahead_reasoning.runtime.adaptive.target_load import TargetLoad, Tracked
-from lookahead_reasoning.runtime.results import RoundRecord
+from lookahead_reasoning.runtime.results import CostEstimate, RoundRecord
 from lookahead_reasoning.runtime.adaptive.round_rules import rule_of
 
 __all__ = ["AcceptanceTally", "AdaptiveDepth", "DepthPolicy", "FixedDepth", "RoundPlan", "TargetLoad", "Tracked",

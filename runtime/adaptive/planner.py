@@ -37,7 +37,7 @@ from lookahead_reasoning.runtime.adaptive.tuning import (
 from lookahead_reasoning.runtime.adaptive.round_plan import RoundPlan
 from lookahead_reasoning.runtime.adaptive.round_rules import RuleCosts
 from lookahead_reasoning.runtime.adaptive.round_rules import speedup as replayed_speedup
-from lookahead_reasoning.runtime.adaptive.theory import engine_speedup, round_steps, tree_branches
+from lookahead_reasoning.runtime.adaptive.theory import best_depth, engine_speedup, round_steps, tree_branches
 
 
 
@@ -100,7 +100,7 @@ class Planner:
             lengths = e.costs.step_lengths()
             if len(lengths) >= REPLAY_STEPS:
                 return self._replay(e, lengths, depth, alpha, c, judge) * e.ar_step
-        branch_cost = lambda n: e.costs.fork_cost(n, e.answers)  # noqa: E731
+        branch_cost = lambda n: e.costs.branch_cost(n, e.answers, longest=True)  # noqa: E731
         return engine_speedup(self.mode, depth, alpha, c, judge, width, branch_cost, self.max_nodes,
                               self.window) * e.ar_step
 
@@ -118,14 +118,12 @@ class Planner:
 
     def best(self, e: Estimates, width: int, alpha: float, c: float, judge: float | None = None) -> tuple[int, float]:
         """(γ, speedup) at `width`, (0, 1.0) where AR wins; `judge` None: j from the cost model for each γ's pairs."""
-        best = (0, 1.0)
-        for depth in range(1, depth_limit(self.max_depth, width) + 1):
+        def speedup_at(depth: int) -> float:
             j = judge if judge is not None else e.costs.judge_cost(tree_branches(depth, width, self.max_nodes) - 1,
                                                                    e.answers)
-            s = self.speedup(e, depth, width, alpha, c, j)
-            if s > best[1] + 1e-12:
-                best = (depth, s)
-        return best
+            return self.speedup(e, depth, width, alpha, c, j)
+
+        return best_depth(speedup_at, depth_limit(self.max_depth, width))
 
     def ceiling(self, e: Estimates) -> float:
         """The speedup of free drafts, always accepted and judged for free (rule 2). It depends on the costs

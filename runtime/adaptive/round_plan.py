@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from lookahead_reasoning.runtime.adaptive.cost_model import CostEstimate
+from lookahead_reasoning.runtime.results import CostEstimate, RoundRecord
 from lookahead_reasoning.runtime.adaptive.target_load import TargetLoad
-from lookahead_reasoning.runtime.results import RoundRecord
 
 
 @dataclass(frozen=True)

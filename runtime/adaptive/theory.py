@@ -28,7 +28,7 @@ B(n) for the time of a fork of n target branches over the time of one target ste
 B ≈ 1 on an idle GPU (decoding is memory-bound, a batch is nearly free), B → n where
 the server has no spare parallel capacity (a CPU, or a GPU busy with other requests).
 A fork ends with its longest branch, so where steps vary in length B(n) prices n branches at the
-expected longest of n steps (cost_model.py's `fork_cost`). A sync round then costs c·γ + B(γ+1) + j target-step times; the async verification
+expected longest of n steps (cost_model.py's `branch_cost`, `longest`). A sync round then costs c·γ + B(γ+1) + j target-step times; the async verification
 stage costs B + j, so S_j,B(k, α, c) = S(k, α, c / (B + j)) / (B + j). A tree forks
 once per distinct target prefix (`tree_branches`). With B = 1 everything above is
 the formula without the branch term.
@@ -160,19 +160,12 @@ def pipelines_windows(engine: str, width: int, window: bool | None) -> bool:
     return engine == "async" and (width > 1 if window is None else window)
 
 
-def combined(step_speedup: float, token_speedup: float) -> float:
-    """Step-level and token-level speculation multiply (while the hardware has parallel width for both)."""
-    return step_speedup * token_speedup
-
-
-def best_depth(
-    engine: str, alpha: float, c: float, judge: float = 0.0, max_depth: int = 8, width: int = 1,
-    branch_cost: BranchCost = free_branches, max_nodes: int | None = None,
-) -> tuple[int, float]:
-    """(γ, speedup) maximizing the engine's theoretical speedup; γ = 0 means plain AR (speedup 1)."""
+def best_depth(speedup_at: Callable[[int], float], max_depth: int) -> tuple[int, float]:
+    """(γ, speedup) of the γ in 1..`max_depth` with the highest `speedup_at(γ)`; (0, 1.0), plain AR, where none
+    beats 1."""
     best = (0, 1.0)
     for depth in range(1, max_depth + 1):
-        s = engine_speedup(engine, depth, alpha, c, judge, width, branch_cost, max_nodes)
+        s = speedup_at(depth)
         if s > best[1] + 1e-12:
             best = (depth, s)
     return best
