@@ -80,7 +80,7 @@ def _draft_rounds(policy, observe, ask, rounds):
     seen = []
     for _ in range(rounds):
         observe(timed(3, T / 2))
-        seen.append(policy.draft_slots)
+        seen.append(policy.governor.slots)
         [ask(i) for i in range(16)]
     return seen
 
@@ -137,9 +137,9 @@ def test_rounds_begun_before_the_slots_changed_do_not_change_them_again():
         in_flight = [timed(3, T / 2) for _ in range(16)]  # begun before any of them ends
         for record in in_flight:
             observe(record)
-        assert policy.draft_slots == 8
+        assert policy.governor.slots == 8
         observe(timed(3, T / 2))
-        assert policy.draft_slots == 4
+        assert policy.governor.slots == 4
 
 
 def test_policies_from_a_config_watch_the_client_and_scripted_ones_do_not():

@@ -42,7 +42,7 @@ def test_alpha_rests_on_a_long_memory_while_acceptance_holds():
     policy, estimates = AdaptiveDepth("sync", initial=2, max_depth=8), []
     for accepted, rejected in rounds:
         policy.observe(round_record(4, accepted, accepted + rejected, branch_cost=lambda n: 1.0))
-        estimates.append(policy.alpha)
+        estimates.append(policy.acceptance.alpha)
     assert estimates[100:] == pytest.approx(long)
 
 
@@ -69,7 +69,7 @@ def test_a_burst_of_every_answers_last_round_does_not_swamp_the_shared_alpha():
             policy.observe(round_record(2, 1, 2, branch_cost=lambda n: 1.0))  # half the positions accepted
         for _ in range(16):
             policy.observe(round_record(4, 4, 4, branch_cost=lambda n: 1.0))
-        return policy.alpha
+        return policy.acceptance.alpha
 
     assert policy_after_burst(1) > 0.9
     assert 0.5 < policy_after_burst(16) < 0.65
@@ -79,6 +79,6 @@ def test_a_width_never_run_gets_its_alpha_as_if_candidates_were_independent():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8, width=4)
     policy.observe(round_record(2, 1, 2, branch_cost=float))  # chains: α₁ ≈ 0.5
     policy.observe(round_record(2, 1, 2, branch_cost=float))
-    alpha_1 = policy.alpha_at(1)
-    assert policy.alpha_at(2) == pytest.approx(1 - (1 - alpha_1) ** 2)
-    assert policy.alpha_at(4) == pytest.approx(1 - (1 - alpha_1) ** 4)
+    alpha_1 = policy.acceptance.alpha_at(1)
+    assert policy.acceptance.alpha_at(2) == pytest.approx(1 - (1 - alpha_1) ** 2)
+    assert policy.acceptance.alpha_at(4) == pytest.approx(1 - (1 - alpha_1) ** 4)

@@ -24,10 +24,10 @@ def test_answers_draft_one_at_a_time_until_the_rounds_say_drafting_pays():
         slots = []
         for _ in range(6):
             policy.observe(timed(3, T / 2))  # drafting advances twice as fast
-            slots.append(policy.draft_slots)
+            slots.append(policy.governor.slots)
             plans = [ask(i) for i in range(16)]  # every answer's next round: the slots fill
-            if policy.measured_gain() is not None and policy.draft_slots < 16:  # the rates say drafting pays:
-                assert [p == RoundPlan(0) for p in plans].count(True) == 16 - policy.draft_slots  # lone steps
+            if policy.rates.gain() is not None and policy.governor.slots < 16:  # the rates say drafting pays:
+                assert [p == RoundPlan(0) for p in plans].count(True) == 16 - policy.governor.slots  # lone steps
     assert slots == [1, 2, 4, 8, 16, 16]  # the first drafting round alone does not measure a gain yet
     for _ in range(40):
         policy.observe(timed(3, 4 * T))  # the load changed: drafting rounds now lose
@@ -46,8 +46,8 @@ def test_rates_that_say_drafting_barely_pays_do_not_widen_the_slots():
         for _ in range(6):
             policy.observe(timed(3, T / 1.05))  # what a round keeps at α̂ counts 1 % under what it kept
             [ask(i) for i in range(16)]
-        assert 1.03 < policy.measured_gain() < 1.06
-        assert policy.draft_slots == 1 and policy.cost_estimate().planned_depth >= 3
+        assert 1.03 < policy.rates.gain() < 1.06
+        assert policy.governor.slots == 1 and policy.cost_estimate().planned_depth >= 3
 
 
 def test_only_a_drafting_round_begun_with_every_slot_taken_widens_them_again():
@@ -60,10 +60,10 @@ def test_only_a_drafting_round_begun_with_every_slot_taken_widens_them_again():
             policy.observe(timed(0, T))
         for _ in range(4):  # the one drafting answer's rounds
             policy.observe(timed(3, T / 2))
-        assert policy.draft_slots == 2
+        assert policy.governor.slots == 2
         assert [ask(i).depth > 0 for i in range(16)].count(True) == 2
         policy.observe(timed(3, T / 2))  # begun with both slots taken
-        assert policy.draft_slots == 4
+        assert policy.governor.slots == 4
 
 
 def test_an_answer_that_ends_frees_its_drafting_slot():

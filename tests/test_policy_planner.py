@@ -21,7 +21,7 @@ def test_policy_runs_ar_when_branches_cost_linear_time_even_at_full_acceptance()
         policy.observe(round_record(0, 0, 0, branch_cost=linear, probe=plan.probe_tokens, stretch=plan.stretch_tokens))
         probes += bool(plan.probe_tokens)  # the probes fork the target alone: cheap, and they watch the load
         steps += plan.stretch_tokens // TOKENS or 1  # between probes, AR rounds write several steps at once
-    spacing = policy.probe_spacing()
+    spacing = policy.probes.spacing(policy.estimates())
     assert probes >= 1 and spacing >= 6 and probes <= steps // spacing + 1
     # what the probes cost stays in budget: a quarter step's second branch every `spacing` rounds
     assert (policy.costs.branch_cost(2) - 1) * PROBE_SHARE / spacing <= PROBE_BUDGET

@@ -6,6 +6,7 @@ from lookahead_reasoning.runtime.adaptive.depth import AdaptiveDepth, RoundPlan
 from lookahead_reasoning.runtime.adaptive.tuning import (
     AR_STRETCH_STEPS, PROBE_BACKOFF, PROBE_BUDGET, PROBE_SHARE, PROBE_SPACING,
 )
+from lookahead_reasoning.runtime.adaptive.probes import check_spacing
 from lookahead_reasoning.runtime.adaptive.theory import engine_speedup
 from scripted_rounds import TOKENS, T, answers_in_threads, learn, round_record, shared_policy
 
@@ -39,7 +40,7 @@ def test_an_answers_first_round_is_never_a_probe(fork_probe):
             break
         policy.observe(round_record(0, 0, 0, branch_cost=branch_cost, stretch=plan.stretch_tokens))
     assert plan.probe_tokens or plan.depth
-    policy.probes.ar_steps = policy.probe_spacing()  # the probe is due again, and the next round is an answer's first
+    policy.probes.ar_steps = policy.probes.spacing(policy.estimates())  # the probe is due again, and the next round is an answer's first
     assert policy.next_round(first=True) == RoundPlan(0)  # a lone step
     plans = [policy.next_round() for _ in range(2)]
     assert any(p.probe_tokens or p.depth for p in plans)  # then the probe (a fork probe after its lone step)
@@ -53,7 +54,7 @@ def test_one_answer_at_a_time_puts_a_due_probe_off_at_its_first_round():
     policy.answer_finished()
     for _ in range(3):
         policy.answer_started()
-    policy.probes.ar_steps = policy.probe_spacing()  # a probe is due
+    policy.probes.ar_steps = policy.probes.spacing(policy.estimates())  # a probe is due
     with answers_in_threads(policy, 3) as ask:
         firsts = [ask(i, first=True) for i in range(3)]
         assert firsts[0] == RoundPlan(0) and all(p.stretch_tokens for p in firsts[1:])
@@ -72,7 +73,7 @@ def test_while_drafting_wins_ar_checks_keep_the_target_alone_measured_within_the
         checks += plan.depth == 0
         policy.observe(round_record(plan.depth, plan.depth, plan.depth, branch_cost=free, probe=plan.probe_tokens))
     speedup = policy.cost_estimate().expected_speedup
-    spacing = policy.check_spacing(speedup)
+    spacing = check_spacing(speedup)
     assert checks == 300 // (spacing + 1)  # an AR round after every `spacing` drafting rounds
     # an AR round where drafting advances `speedup` times as fast loses 1 - 1/speedup of a round
     assert (1 - 1 / speedup) / spacing <= PROBE_BUDGET
@@ -83,7 +84,7 @@ def test_an_ar_check_due_at_an_answers_first_round_comes_in_its_next_round():
     share of a short answer."""
     policy = AdaptiveDepth("sync", initial=2, max_depth=8)
     learn(policy, lambda n: 1.0)
-    policy.probes.drafting_rounds = policy.check_spacing(policy.cost_estimate().expected_speedup)  # a check is due
+    policy.probes.drafting_rounds = check_spacing(policy.cost_estimate().expected_speedup)  # a check is due
     assert policy.next_round(first=True).depth > 0
     assert policy.next_round() == RoundPlan(0)
 
@@ -109,16 +110,16 @@ def test_probe_spacing_bounds_the_probe_cost(mode):
     for _ in range(30):
         policy.observe(round_record(2, 1, 2, branch_cost=slopeish))
     assert not policy.probes.is_fork(policy.estimates())
-    alpha = policy.alpha_at(1)
+    alpha = policy.acceptance.alpha_at(1)
     speedup = engine_speedup(mode, 1, alpha, policy.costs.c(), policy.costs.judge_cost(1),
                              branch_cost=policy.costs.branch_cost)
-    gain = policy.measured_gain()
+    gain = policy.rates.gain()
     speedup = speedup if gain is None else min(speedup, gain)
     steps = 1 + alpha if mode == "sync" else 1 / (1 - alpha)
     assert 0.3 < alpha < 0.55 and speedup < 0.95  # α̂'s long memory still holds some of the rejections above
-    assert steps * (1 / speedup - 1) / policy.probe_spacing() <= PROBE_BUDGET + 1e-9
+    assert steps * (1 / speedup - 1) / policy.probes.spacing(policy.estimates()) <= PROBE_BUDGET + 1e-9
     policy.probes.backoff = PROBE_BACKOFF  # as after fork probes that kept finding AR
-    assert policy.probe_spacing() == policy.probes.budget_spacing(policy.estimates(), fork=False)  # drafted probes keep the budget's spacing: α̂ needs them
+    assert policy.probes.spacing(policy.estimates()) == policy.probes.budget_spacing(policy.estimates(), fork=False)  # drafted probes keep the budget's spacing: α̂ needs them
 
 
 def test_a_fork_probe_is_priced_with_the_fixed_cost_of_its_two_requests():
@@ -134,8 +135,8 @@ def test_a_fork_probe_is_priced_with_the_fixed_cost_of_its_two_requests():
     share = policy.costs.request_share()
     assert share == pytest.approx(o / (o + policy.costs.estimate().step_tokens * per_token), rel=0.05)
     loss = (policy.costs.branch_cost(2) - 1) * PROBE_SHARE + 2 * share
-    assert loss / policy.probe_spacing() <= PROBE_BUDGET
-    assert (policy.costs.branch_cost(2) - 1) * PROBE_SHARE / PROBE_BUDGET < policy.probe_spacing() - 1
+    assert loss / policy.probes.spacing(policy.estimates()) <= PROBE_BUDGET
+    assert (policy.costs.branch_cost(2) - 1) * PROBE_SHARE / PROBE_BUDGET < policy.probes.spacing(policy.estimates()) - 1
 
 
 def test_probes_that_keep_finding_ar_are_spaced_further_and_drafting_resets_the_spacing():
@@ -160,14 +161,14 @@ def test_probes_that_keep_finding_ar_are_spaced_further_and_drafting_resets_the_
     learn(policy, lambda n: 1.0, rounds=200)  # the branches turned free: a probe sees it, and the plan drafts
     assert policy.cost_estimate().planned_depth >= 3
     assert policy.probes.backoff == 1  # a plan that drafts resets the fork probes' spacing
-    assert policy.probe_spacing() == policy.probes.budget_spacing(policy.estimates(), fork=False)  # the budget's
+    assert policy.probes.spacing(policy.estimates()) == policy.probes.budget_spacing(policy.estimates(), fork=False)  # the budget's
 
 
 def test_probes_owed_by_answers_that_ended_their_stretches_together_are_not_lost():
     """16 answers end stretches at about one time and one takes the probe: the count keeps what it held beyond
     the probe's spacing, up to one probe owed by each other answer. An answer alone starts the count again."""
     policy = shared_policy(16)
-    spacing = policy.probe_spacing()
+    spacing = policy.probes.spacing(policy.estimates())
     policy.probes.ar_steps = 3 * spacing
     policy.probes.probe_taken(policy.estimates(), fork=False, spacing=spacing)
     assert policy.probes.ar_steps == 2 * spacing
@@ -175,8 +176,8 @@ def test_probes_owed_by_answers_that_ended_their_stretches_together_are_not_lost
     policy.probes.probe_taken(policy.estimates(), fork=False, spacing=spacing)
     assert policy.probes.ar_steps == 15 * spacing
     alone = shared_policy(1)
-    alone.probes.ar_steps = 3 * alone.probe_spacing()
-    alone.probes.probe_taken(alone.estimates(), fork=False, spacing=alone.probe_spacing())
+    alone.probes.ar_steps = 3 * alone.probes.spacing(alone.estimates())
+    alone.probes.probe_taken(alone.estimates(), fork=False, spacing=alone.probes.spacing(alone.estimates()))
     assert alone.probes.ar_steps == 0
 
 

@@ -19,18 +19,18 @@ def test_rounds_that_measure_slower_than_ar_win_over_the_model(slowdown, probe_a
     free = lambda n: 1.0  # noqa: E731
     learn(policy, free)
     planned = policy.cost_estimate().planned_depth
-    assert planned >= 3 and policy.measured_gain() is None
+    assert planned >= 3 and policy.rates.gain() is None
 
     for _ in range(3):
         policy.observe(timed(0, T))
         policy.observe(timed(3, slowdown * T))
     # every draft accepted, α̂ just under 1: a round counts what its shape keeps on average at α̂ (1 % less)
-    assert policy.measured_gain() == pytest.approx(1 / slowdown, rel=0.02)
+    assert policy.rates.gain() == pytest.approx(1 / slowdown, rel=0.02)
     estimate = policy.cost_estimate()
     assert estimate.planned_depth == 0 and estimate.measured_gain == pytest.approx(1 / slowdown, rel=0.02)
     for _ in range(60):  # however many AR rounds go by, the measurement stands until probes measure again
         policy.observe(timed(0, T))
-    assert policy.measured_gain() == pytest.approx(1 / slowdown, rel=0.02)
+    assert policy.rates.gain() == pytest.approx(1 / slowdown, rel=0.02)
     assert policy.cost_estimate().planned_depth == 0
     probes = []
     for _ in range(60):
@@ -64,7 +64,7 @@ def test_the_measured_rates_count_a_fork_rounds_cost_not_its_luck(mode):
             lucky = timed(3, T)  # 4 steps in 4 step-times
             policy.observe(lucky.model_copy(update={"kept": lucky.kept[:kept_steps],
                                                     "output_tokens": kept_steps * TOKENS}))
-        gains.append(policy.measured_gain())
+        gains.append(policy.rates.gain())
     if mode == "sync":
         assert gains[0] == pytest.approx(gains[1], rel=1e-6) and gains[0] > 0.9
     else:
@@ -80,7 +80,7 @@ def test_a_round_that_ends_its_problem_counts_what_it_kept():
         policy.observe(timed(0, T))
         last = timed(3, T)  # 4 steps in 4 step-times, but the problem ended after one
         policy.observe(last.model_copy(update={"kept": last.kept[:1], "output_tokens": TOKENS, "finished": True}))
-    assert policy.measured_gain() == pytest.approx(0.25)
+    assert policy.rates.gain() == pytest.approx(0.25)
 
 
 def _slow_drafting_verdict(policy):

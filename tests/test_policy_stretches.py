@@ -20,7 +20,7 @@ def test_while_ar_wins_ar_rounds_write_several_steps_in_one_request():
     stretches = [p.stretch_tokens // TOKENS for p in plans if p.stretch_tokens]
     # as many steps as fit in AR_STRETCH_SECONDS, at most AR_STRETCH_STEPS, and never past the next probe
     assert stretches and max(stretches) == min(AR_STRETCH_STEPS, int(AR_STRETCH_SECONDS / (TOKENS * T)))
-    assert max(stretches) < policy.probe_spacing()
+    assert max(stretches) < policy.probes.spacing(policy.estimates())
     # never cut short to meet a probe's turn (the probe comes a little late): a request's fixed cost for a
     # few steps, and under many answers sharing the count, every answer's stretch would be cut near the turn
     assert set(stretches) == {max(stretches)}

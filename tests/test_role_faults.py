@@ -30,10 +30,10 @@ def test_a_round_whose_verifier_timed_out_teaches_the_policy_nothing():
     for _ in range(3):
         policy.observe(_round(0, 1.0))
         policy.observe(_round(2, 1.2, accepted=2))
-    gain, alpha, draft_costs = policy.rates.gain(), policy.alpha, policy.costs.state()["draft step"]
+    gain, alpha, draft_costs = policy.rates.gain(), policy.acceptance.alpha, policy.costs.state()["draft step"]
     policy.observe(_round(2, 14.0, faults=["verifier"]))  # a judge that stalled until its 13 s timeout
     assert policy.rates.gain() == gain
-    assert policy.alpha == alpha
+    assert policy.acceptance.alpha == alpha
     assert policy.costs.state()["draft step"] == draft_costs
     assert policy.faults.down == {"verifier"}
 

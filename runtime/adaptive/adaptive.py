@@ -19,7 +19,7 @@ from lookahead_reasoning.runtime.adaptive.tuning import ALPHA_SLOW_FORGET, GAIN_
 from lookahead_reasoning.runtime.adaptive.faults import RoleFaults
 from lookahead_reasoning.runtime.adaptive.governor import DraftSlots
 from lookahead_reasoning.runtime.adaptive.planner import Estimates, Planner
-from lookahead_reasoning.runtime.adaptive.probes import ProbeSchedule, check_spacing
+from lookahead_reasoning.runtime.adaptive.probes import ProbeSchedule
 from lookahead_reasoning.runtime.adaptive.rates import MeasuredRates
 from lookahead_reasoning.runtime.adaptive.round_plan import RoundPlan
 from lookahead_reasoning.runtime.adaptive.stretches import ar_step, stretch
@@ -57,10 +57,6 @@ class AdaptiveDepth:
     def width(self) -> int:
         return self.planner.width
 
-    @property
-    def draft_slots(self) -> int:
-        return self.governor.slots
-
     def answer_started(self) -> None:
         with self._lock:
             self.governor.answer_started()
@@ -72,31 +68,11 @@ class AdaptiveDepth:
             self.probes.release(answer)
             self.faults.release(answer)
 
-    def alpha_at(self, width: int, optimistic: bool = False) -> float:
-        return self.acceptance.alpha_at(width, optimistic)
-
-    @property
-    def alpha(self) -> float:
-        return self.acceptance.alpha
-
-    def measured_gain(self) -> float | None:
-        return self.rates.gain()
-
     def estimates(self) -> Estimates:
         """What the planner plans from now."""
         answers = self.governor.answers
         return Estimates(self.costs, answers, self.acceptance.alpha_at, ar_step(self.costs, answers),
                          self.rates.gain(), self.measure_drafting)
-
-    def width_speedups(self) -> dict[int, float]:
-        return self.planner.width_speedups(self.estimates())
-
-    def probe_spacing(self) -> int:
-        return self.probes.spacing(self.estimates())
-
-    @staticmethod
-    def check_spacing(speedup: float) -> int:
-        return check_spacing(speedup)
 
     def peek_round(self) -> RoundPlan:
         """The plan of a drafting round that may come next (for drafting ahead); γ ≥ 1."""
