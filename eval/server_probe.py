@@ -51,7 +51,7 @@ from pydantic import BaseModel, Field
 
 from lookahead_reasoning.errors import LookaheadError, first_line
 from lookahead_reasoning.programs.backend import BackendError, LookaheadEndpoint
-from lookahead_reasoning.programs.judge import judge
+from lookahead_reasoning.programs.judge import judge_pairs
 from lookahead_reasoning.programs.step_types import StepOutput
 from lookahead_reasoning.programs.steps import continue_texts
 from lookahead_reasoning.runtime.servers.endpoints import ROLES, Endpoints
@@ -231,7 +231,7 @@ class Probe:
         words = max(1, round(self.tokens * self.words_per_token))
         pair = (random_words(self.rng, words), random_words(self.rng, words))
         with failures_named("judge"):
-            seconds, _ = timed(lambda: judge(self.backends["judge"], [pair], commit_instructions=False))
+            seconds, _ = timed(lambda: judge_pairs(self.backends["judge"], [pair], commit_instructions=False))
         return self.samples.add("judge", seconds)
 
     def side_by_side(self) -> None:
@@ -272,7 +272,7 @@ class Probe:
                     self.words_per_token = len(self.texts[0].split()) / prompt_tokens
             self.continuation(role, self.texts[:1], 2)
         with failures_named("judge"):
-            judge(self.backends["judge"], [("warm up", "warm up")], commit_instructions=True)
+            judge_pairs(self.backends["judge"], [("warm up", "warm up")], commit_instructions=True)
 
     def fork_pair(self, repeat: int, index: int, width: int) -> float:
         """B(width) once: the batch and a single request beside it, in alternating order."""

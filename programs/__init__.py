@@ -8,9 +8,9 @@ import importlib
 
 _API = {
     "BackendError": "backend", "LookaheadEndpoint": "backend",
-    "JudgeAnswer": "judge", "judge": "judge",
+    "JudgeAnswer": "judge", "judge_pairs": "judge",
     "lookahead": "lookahead", "lookahead_turn": "lookahead",
-    "SGLangStepModels": "roles", "judge_pairs": "roles", "render_question": "roles",
+    "SGLangStepModels": "roles", "render_question": "roles",
     "Sampling": "step_types", "StepOutput": "step_types",
     "continue_texts": "steps", "draft_steps": "steps", "free_generation": "steps", "target_steps": "steps",
 }

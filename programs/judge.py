@@ -76,13 +76,15 @@ def _turns(backend) -> tuple[str, str]:
     return _turns_by_template[name]
 
 
-def judge(backend, pairs, commit_instructions=True) -> list[JudgeAnswer]:
+def judge_pairs(backend, pairs, commit_instructions=True) -> list[JudgeAnswer]:
     """`pairs` is a list of (step_a, step_b); one JudgeAnswer each, all asked in one batch
-    (`LookaheadEndpoint.generate_batch`).
+    (`LookaheadEndpoint.generate_batch`); no request for no pairs.
 
     With `commit_instructions` the shared instructions are committed first (as a fork commits its
     prefix); once they are in the server's cache that request can be skipped.
     """
+    if not pairs:
+        return []
     head, tail = _turns(backend)
     if commit_instructions:
         backend.cache_prefix(head)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Callable
 
 from lookahead_reasoning.programs.backend import LookaheadEndpoint
-from lookahead_reasoning.programs.judge import JudgeAnswer, judge
 from lookahead_reasoning.programs.prompts import question_message
 from lookahead_reasoning.programs.score import Score, score_answer, score_steps
 from lookahead_reasoning.programs.step_types import Sampling, StepOutput
@@ -27,14 +26,6 @@ from lookahead_reasoning.programs.steps import (
 def render_question(backend: LookaheadEndpoint, question: str) -> str:
     """The question wrapped in the backend's chat template, up to the assistant's answer."""
     return render_conversation(backend, [{"role": "user", "content": question_message(question)}])
-
-
-def judge_pairs(
-    backend: LookaheadEndpoint, pairs: list[tuple[str, str]], commit_instructions: bool = True
-) -> list[JudgeAnswer]:
-    if not pairs:
-        return []
-    return judge(backend, list(pairs), commit_instructions)
 
 
 class SGLangStepModels:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Protocol
 
 from lookahead_reasoning.errors import Cancelled, LookaheadError, ServerFailure, TimeLimitExceeded, target_failed
@@ -191,7 +192,7 @@ class Engine:
         try:
             with self.policy.target_load.track(1 + sum(n.step.complete for n in tree.nodes)) as load:
                 fork = stream_fork(self.models, state.pool, state.prefix, tree, root, cap,
-                                   lambda pairs: self.verify(state, pairs), self.config.delimiter,
+                                   partial(self.verify, state), self.config.delimiter,
                                    self.config.handoff_tokens)
         except Exception as error:
             raise target_failed(error) from None

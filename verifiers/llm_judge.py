@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from lookahead_reasoning.programs.judge import JudgeAnswer
-from lookahead_reasoning.programs.roles import judge_pairs
+from lookahead_reasoning.programs.judge import JudgeAnswer, judge_pairs
 from lookahead_reasoning.verifiers.base import Verdict
 
 
