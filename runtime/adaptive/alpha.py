@@ -1,12 +1,9 @@
 """α̂, the per-position acceptance the policy plans with, per draft width.
 
-Rule: α̂ at a width is the Beta(½, ½) posterior mean of the positions judged there, over a long memory
-(`ALPHA_SLOW_FORGET` per round of each answer) that restarts from a short one (the policy's own forgetting)
-when the two disagree by more than `ALPHA_SHIFT_Z` standard errors. Why: a short memory rests on a few tens
-of positions and strays by about ±0.1, enough to plan the wrong γ; the restart still follows a change of
-acceptance (another kind of problem) within a few rounds. A width never run gets its α from the width
-measured best, as if candidates were accepted independently: α_w = 1 − (1 − α_k)^(w/k), the optimistic
-case for trees, which their own tally then corrects.
+α̂ at a width is the Beta(½, ½) posterior mean of the positions judged there, over a long memory
+(ALPHA_SLOW_FORGET per round of each answer) that restarts from a short one when the two disagree by more
+than ALPHA_SHIFT_Z standard errors: steady where acceptance holds, quick where it changes. A width never run
+gets α_w = 1 − (1 − α_k)^(w/k) from the width k measured best (independent candidates, the optimistic case).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""How busy the client process is: the CPU its threads use over the last moments, in cores.
-
-Every request costs the client CPU (HTTP, JSON, the SGLang frontend), and a drafting round sends
-several short requests where an AR stretch sends one long one, so a drafted token costs the client
-several times an AR token's CPU. While the client has CPU to spare that costs nothing; once its Python
-threads hold the interpreter lock most of the time (about one core, whatever the machine has), every
-request waits for the others, and drafting slows every run that shares the process.
+"""How busy the client process is: the CPU its threads used over the last moments, in cores. A drafted token
+costs the client several times an AR token's CPU, and once its Python threads hold the interpreter lock most
+of the time (about one core), every request waits for the others.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The target's time per request, fitted from the timed requests: T = o + L·(t₁ + u·x) (see cost_model.py).
 
-A row is one request: i = 1/L (L its tokens), x (the other requests in flight beside it) and y = T/L, its
-seconds per token, so that a long request (an AR stretch) weighs as one observation, not as many. Each row
-has a weight in two memories, a fast and a slow one: every new row discounts the older ones by each
-memory's forgetting, and an outlier counts less from the start (`TargetFit._inlier_weight`).
-
-The fit is y ≈ t₁ + o·i + u·x within the model's bounds: t₁ > 0, o ≥ 0, and 0 ≤ u ≤ MAX_SLOPE·(t₁ + o/L̄),
-that is a step of the mean length L̄ costs at most MAX_SLOPE more per other request in flight.
-`scipy.optimize.lsq_linear` solves it within the box bounds; where its u breaks the slope bound, the
-optimum lies on that bound (a convex problem with one more constraint), and it is solved again there,
-with u = MAX_SLOPE·(t₁ + o/L̄). o is fitted only where the lengths vary enough, apart from what the loads
-explain, to tell it from t₁ and u; else o = 0. `TargetFit` chooses which memory and which fit to trust by
-the rules in cost_model.py's docstring.
+A row is one request: i = 1/L, x (the other requests in flight beside it) and y = T/L, so that a long request
+weighs as one observation. Each row weighs in a fast and a slow memory, and an outlier counts less from the
+start (`TargetFit._inlier_weight`: a stall of the server is not a slope). The fit is y ≈ t₁ + o·i + u·x with
+t₁ > 0, o ≥ 0 and 0 ≤ u ≤ MAX_SLOPE·(t₁ + o/L̄), solved by `scipy.optimize.lsq_linear` and, where u breaks
+the slope bound, again on that bound. o is fitted only where the lengths vary enough, apart from what the
+loads explain. `TargetFit._least_squares` chooses the memory and the fit to trust.
 """
 
 from __future__ import annotations
@@ -180,8 +174,8 @@ class Rows:
 
 
 class TargetFit:
-    """The target's time per request, T = o + L·(t₁ + u·x), fitted by the rules of cost_model.py from every
-    timed target request; not thread-safe (the cost model holds its lock)."""
+    """The target's time per request, T = o + L·(t₁ + u·x), fitted from every timed target request; not
+    thread-safe (the cost model holds its lock)."""
 
     def __init__(self, forget: float) -> None:
         self.forget = forget
@@ -279,10 +273,10 @@ class TargetFit:
             self._measured_slope.add(per_request * tokens / (overhead + tokens * t1), per_answer(FIT_SLOW_FORGET, answers))
 
     def _least_squares(self) -> tuple[float | None, float | None, float, bool]:
-        """(t₁, u, o, whether these data measured u), by the rules of the module docstring: the recent fit
-        where its loads tell the slope; else t₁ and o from the slow fit where its loads do, and u from the
-        recent level (from the slow fit too where the recent load is under one other request, whose level
-        says little of u); else the slope last measured, or linear where none was."""
+        """(t₁, u, o, whether these data measured u): the recent fit where its loads tell the slope; else t₁
+        and o from the slow fit where its loads do, and u from the recent level (from the slow fit too where the
+        recent load is under one other request, whose level says little of u); else the slope last measured, or
+        linear (s = 1, the safe side until a fork probe measures it) where none was."""
         recent = self._rows.sample()
         if recent is None:
             return None, None, 0.0, False

@@ -1,31 +1,15 @@
 """What a round costs on one set of servers, learned online from the rounds themselves.
 
-The target: a request of L tokens beside x other requests in flight takes T = o + L·(t₁ + u·x): a fixed
-cost o (HTTP, scheduling, the last step's prefill), a time per token alone t₁, and u, what each other
-request adds per token (0 where a batch costs one request, about t₁ where it does not). A step of the mean
-length L̄ alone takes S = o + L̄·t₁, and the slope is s = u·L̄/S. When C answers share the servers, a fork
-of n branches costs B(n) = (S + L̄·u·(C·n − 1)) / (S + L̄·u·(C − 1)) target steps at that load: 1 + s(n − 1)
-for one answer. A fork ends with its longest branch: its token term is E[the longest of n step lengths], from
-what the target's branches wrote (step_lengths.py), so even free branches cost more than a step where steps
-vary in length. The draft: c, its seconds per step (fixed cost included) over the target's step at that load.
-The verifier: j(n), its seconds per round of one pair over that step, times B(n).
+The target: a request of L tokens beside x other requests in flight takes T = o + L·(t₁ + u·x) (cost_fit.py
+fits it). A step of the mean length L̄ alone takes S = o + L̄·t₁; the slope is s = u·L̄/S, and with C answers
+sharing the servers a fork of n branches costs B(n) = (S + L̄·u·(C·n − 1)) / (S + L̄·u·(C − 1)) steps at that
+load. A fork ends with its longest branch: with `longest`, its token term is E[the longest of n step lengths]
+(step_lengths.py). The draft: c, its seconds per step over the target's step at that load; the verifier: j,
+its seconds for one pair over that step, times B(pairs).
 
-Rules (cost_fit.py holds the least squares itself):
-- Every estimate forgets at `forget` per round of each answer: where C answers share the model, an
-  observation discounts the past by forget^(1/C) (`per_answer`), so that the memory spans the same rounds
-  at any load.
-- Where the server reports its own time for a request, that is what is fitted; the client's share (its time
-  less the server's) is a separate mean added to o, since a client short of CPU slows with its load.
-- o is fitted only where the lengths vary enough to tell it from t₁ and u.
-- The slope is fitted where the recent loads vary enough, or where the server's own times are steady enough
-  that its standard error is small. Else the time alone comes from a slower fit, which has seen lighter
-  load, and u from the recent level; where neither can tell, the slope last measured holds, and where none
-  was, it is linear (s = 1): the safe side until a fork probe measures it.
-- A request far from what the fit predicts counts less (cost_fit.py): a stall of the server is not a slope.
-
-One model may be shared by concurrent answers (`lookahead serve`): it is thread-safe. It is saved per
-server set (`save_costs`, `load_costs`), so the next run against the same servers starts from what the last
-learned; a saved state that does not fit is ignored.
+Every estimate forgets per round of each answer (`per_answer`). The model is thread-safe (`lookahead serve`
+shares it) and saved per server set (`save_costs`, `load_costs`), so a run starts from what the last one
+learned. The rules and why: docs/method.md, "Engines, trees and adaptive depth".
 """
 
 from __future__ import annotations

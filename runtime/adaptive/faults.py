@@ -1,15 +1,8 @@
 """Role faults: a round whose draft or verifier request failed (an error, a timeout) is no measurement.
 
-- Its times never enter the cost model or the measured rates, and its verdicts never enter α̂: a judge
-  that stalled until its timeout says nothing of what drafting costs, nor of how often drafts are right,
-  once it answers again.
-- While a role is down the policy plans AR, since a drafting round would wait for the same timeout,
-  except for one retry: every FAULT_RETRY_S one answer drafts, and finds out whether the role answers
-  again. One retry is out at a time, so an outage costs one answer's timeout per retry, not every answer's.
-- The first drafting round that started after the latest fault and had none ends the outage: the
-  measured rates are reset (they were measured under another load: every answer at AR), and the policy
-  plans from its model again. So drafting resumes within FAULT_RETRY_S of the role's recovery, plus the
-  round in flight.
+Its times and verdicts never enter the cost model, the rates or α̂. While a role is down the policy plans AR,
+but for one retry every FAULT_RETRY_S, one answer at a time; the first drafting round that started after the
+latest fault and had none ends the outage, and the measured rates start afresh.
 """
 
 from __future__ import annotations

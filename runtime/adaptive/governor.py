@@ -1,19 +1,11 @@
 """The drafting slots: how many of the answers that share a policy may be in a drafting round at once.
 
-Rule: at most `slots` answers draft at once; an answer whose plan would draft beyond that writes AR
-instead. The slots start at one answer. After each timed drafting round they double (up to the answers in
-flight) where the measured rates say drafting gains at least GAIN_TO_WIDEN, the round began with every slot
-taken, and the client process uses under CLIENT_CORES_TO_WIDEN of a core; they halve where drafting gains
-under GAIN_TO_DRAFT or the client uses over CLIENT_CORES_TO_NARROW. Only a round begun after the last
-change changes them again.
-
-Why: every answer drafting at once before one drafting round was timed can run a client out of CPU; a few
-answers drafting among many at AR read faster than all of them drafting would, so the share grows step by
-step and only on rounds that saw it full. The rates measure what a round costs its own answer, not the
-answers beside it, and on one client every request costs the client's CPU: one core is what its
-interpreter lock lets its Python threads use, whatever the machine has, so the slots follow the client's
-CPU too. Rounds in flight end together; were each to halve the slots, one reading would take them from many
-to one.
+At most `slots` answers draft at once; an answer whose plan would draft beyond that writes AR. The slots
+start at one; after a timed drafting round they double (up to the answers in flight) where the measured rates
+gain at least GAIN_TO_WIDEN, the round began with every slot taken and the client process uses under
+CLIENT_CORES_TO_WIDEN of a core, and halve where the rates gain under GAIN_TO_DRAFT or the client uses over
+CLIENT_CORES_TO_NARROW. Only a round begun after the last change changes them again (rounds in flight end
+together). Why: docs/method.md, "Engines, trees and adaptive depth".
 """
 
 from __future__ import annotations

@@ -1,26 +1,20 @@
 """The planner: from the cost estimates and α̂ to the round with the highest expected speedup (γ, W; γ = 0 is AR).
 
-Rules, in order:
-1. No lone target step timed yet: AR (it measures one). No slope known yet: AR, which a fork probe joins (an
-   engine that cannot fork, the async chain pipeline, drafts at the initial γ instead).
-2. The ceiling: where even free drafts, always accepted and judged for free, would not beat AR by
-   CEILING_MARGIN at these branch costs, AR. Real drafts are not free, and a round that measures the draft
-   costs a few steps: where branches are nearly linear it is not spent.
-3. The draft or the verifier not priced yet: one drafted step, which measures them (a measuring round: the
-   target writes its own step alone, so it costs c + j over AR, not c + B(2) + j).
-4. Else the (γ, W) of the highest expected speedup by the theory (theory.engine_speedup with B(n) and j),
-   over AR as it runs here (stretches: stretches.ar_step); AR where nothing beats 1. Chain rounds that end at
-   their decision (rule "decision", streamed_fork.py) are priced by a replay of the run's own step lengths
-   through that rule's timeline (round_rules.py) once REPLAY_STEPS lengths are known: their cost follows
-   the lengths of the branches a decision waits for, which no equal-step formula has.
-5. Where α̂ says AR but α̂ one standard error up says drafting, one drafted step: it judges more positions,
-   and a few unlucky verdicts at the start cannot hold the answers at AR; never deeper on so little.
-6. Where the measured rates say drafting rounds gain under GAIN_TO_DRAFT, AR whatever the model says; this
-   holds for the rounds of rules 1 and 3 too, which learn costs by drafting: rounds measured that slow
-   (an async pipeline whose draft and target share the cores of a CPU) are not worth another lesson.
+Rules, in order (why: docs/method.md, "Engines, trees and adaptive depth"):
+1. No lone target step timed yet: AR. No slope known yet: AR, which a fork probe joins (the async chain
+   pipeline, which cannot fork, drafts at the initial γ instead).
+2. The ceiling: where free drafts, always accepted and judged for free, would not beat AR by CEILING_MARGIN,
+   AR.
+3. The draft or the verifier not priced yet: a measuring round (one drafted step; the target writes only its
+   own step, so it costs c + j over AR).
+4. Else the (γ, W) of the highest expected speedup (theory.engine_speedup with B(n) and j; streamed chain
+   rounds by a replay of the run's own step lengths, round_rules.py, once REPLAY_STEPS are known), over AR
+   as it runs here (stretches.ar_step); AR where nothing beats 1.
+5. Where α̂ says AR but α̂ one standard error up says drafting, one drafted step.
+6. Where the measured rates say drafting gains under GAIN_TO_DRAFT, AR whatever the model says.
 
-A width never run is priced at α_w from the width known best (alpha.py); a tree of width W > 1 is capped at
-γ where W^γ stays within TREE_NODE_BUDGET. The planner holds no state: each call gets an `Estimates`.
+A width never run is priced at α_w from the width known best (alpha.py); trees are capped at W^γ ≤
+TREE_NODE_BUDGET. The planner holds no state: each call gets an `Estimates`.
 """
 
 from __future__ import annotations

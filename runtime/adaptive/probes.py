@@ -1,24 +1,14 @@
 """The probe schedule: the rounds that measure what the plan cannot see from the rounds it runs.
 
-- Fork probes. What a second target branch costs (the slope behind B(n)) is measured by an AR round whose
-  fork also writes the same step once more: o + L·(t₁ + u), a second request beside the whole step. A shorter
-  branch of k tokens adds only k·u, which the noise of a long step's L·t₁ hides where steps vary in length
-  (its load, k/L, then varies too little for the slope to be fitted at all). The AR round before a fork
-  probe writes a lone step, so that the probe is measured beside a step alone.
-- Drafted probes. Where the branches could pay but the plan says AR, a probe drafts: the round the model
-  would run (what the measured rates must measure again), or one step where the model plans AR or its round
-  would lose more than the budget spreads over the longest spacing. They also renew α̂.
-- AR checks. While drafting wins, an AR round now and then keeps the target's time alone measured: with
-  every round at one γ the fit cannot split a fork's time between t₁ and the slope.
-- Spacing. Probes come every `spacing` AR steps, so that what they lose against AR stays within PROBE_BUDGET:
-  a fork probe loses its branch's share of a step and two more requests' fixed cost (the lone step before
-  it and its fork, where a stretch would have written both); a drafted probe loses on every step its round
-  keeps. Each fork probe after which the model still plans AR doubles the fork probes' spacing, up to
-  PROBE_BACKOFF times (a change is still seen within PROBE_BACKOFF spacings); a plan that drafts resets it.
-  AR checks are spaced likewise against what drafting gains.
-- An answer's first round is never a probe nor a check: it is not timed (its request prefills the prompt).
-  Where one is due, one answer at a time writes a lone step and takes the probe in its next round; the first
-  rounds of other answers meanwhile write AR stretches. A stretch is never cut short for a probe's turn.
+- Fork probes, while the branches alone rule drafting out: an AR round whose fork writes the same step once
+  more prices a second branch (the slope behind B(n)); the AR round before it writes a lone step.
+- Drafted probes, where the branches could pay but the plan says AR: the round the model would run, or one
+  step where that would lose more than the budget spreads over the longest spacing. They renew α̂ too.
+- AR checks, while drafting wins: an AR round now and then keeps the target's time alone measured.
+- Spacing: every `spacing` AR steps, so that what probes lose against AR stays within PROBE_BUDGET; each fork
+  probe after which the model still plans AR doubles the fork probes' spacing, up to PROBE_BACKOFF times.
+- An answer's first round is not timed, so it is never a probe nor a check: where one is due, one answer
+  writes a lone step and takes it next round, while other answers' first rounds write stretches.
 """
 
 from __future__ import annotations

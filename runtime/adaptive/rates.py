@@ -1,18 +1,10 @@
 """The measured rates: tokens per second of the rounds that drafted against that of AR rounds.
 
-Rule: the model can miss costs (a client short of CPU, a server that is not what the fit says), so the
-rounds are the last word: where drafting rounds advance less than GAIN_TO_DRAFT times as fast as AR rounds,
-the policy runs AR whatever the model says. The margin is there because the rates lean toward drafting (a
-few drafting answers among answers at AR get more than their share of the client and the server).
-
-- Each kind's rate forgets per round of its own kind, and ages by STALE_FORGET per round of the other kind,
-  so that the next round of a kind not run for a while weighs more.
-- An answer alone whose drafted round comes after a drafting rate aged below STALE_RENEW (a drafted probe
-  after AR rounds) renews it: what it held counts at most STALE_WEIGHT of the new round's time, so that
-  rounds measured under a load that has gone do not outlast it. With other answers in flight such a round is
-  a lone drafting round among answers at AR, which reads fast: it adds to the rate like any round.
-- A drafting round of a forking engine costs the same whatever its verdicts, so the policy counts the tokens
-  a round of its shape keeps on average at α̂: the rates then measure costs, and α̂ alone carries acceptance.
+The rounds have the last word over the model: where drafting rounds advance less than GAIN_TO_DRAFT times as
+fast as AR rounds, the policy runs AR. Each kind's rate forgets per round of its own kind and ages by
+STALE_FORGET per round of the other kind; a drafted round of an answer alone after the drafting rate aged
+below STALE_RENEW renews it (the old rate counts at most STALE_WEIGHT of the new round's time). Why:
+docs/method.md, "Engines, trees and adaptive depth".
 """
 
 from __future__ import annotations

@@ -1,26 +1,20 @@
 """Timelines of the round rules on real step lengths: what a round costs when steps are unequal.
 
-The paper's formulas (theory.py) price a round as if every step had the same length. Real reasoning steps
-do not, and what a round pays for that depends on its rule:
+The formulas of theory.py price a round as if every step had the same length; real steps do not, and what a
+round pays for that depends on its rule (docs/method.md, "Real step lengths: the replay"):
 
-- `longest`: the sync round of one batched fork: the draft writes γ steps, then the target's γ + 1
-  branches run together and the round waits for the longest, then one judge call;
-- `decision`: the sync round of streamed branches (streamed_fork.py): t_0 starts with the round (or was
-  handed on by the round before) and runs while the draft writes; each draft step is judged as soon as
-  the target's step it is compared with ends; the round ends at its decision, and after a wholly
-  accepted window it keeps the bonus branch's first `handoff_tokens` tokens (the whole step where it is
-  no longer, waiting for them where need be) and the branch goes on as the next t_0 (the next draft
-  writes the step's rest);
-- `async`: the step pipeline (pipeline.py): the draft writes on while the target verifies, at most γ
-  steps ahead; t_k starts as soon as d_k exists; a rejection ends the round and aborts what is in flight.
+- `longest`: one batched fork (sync): the draft writes γ steps, the γ + 1 branches run together, the round
+  waits for the longest, then one judge call;
+- `decision`: streamed branches (sync, streamed_fork.py): t_0 runs while the draft writes, each draft step is
+  judged as soon as its target step ends, the round ends at its decision, and after a wholly accepted window
+  it keeps the bonus branch's first `handoff_tokens` tokens and hands the branch on as the next t_0;
+- `async`: the step pipeline (pipeline.py): the draft writes up to γ steps ahead, t_k starts as soon as d_k
+  exists, a rejection ends the round.
 
-`replay` walks one answer's step lengths (tokens) through a rule, each draft step accepted with probability
-α, with the costs of `RuleCosts`: T, a target token alone, and a request's fixed cost; B(n) for n branches
-together; c, a draft token over a target token; the judge's seconds per call; and each model's slowdown
-while the other runs beside it (shared cores). A draft step is as long as the target's step at the same
-position, and the judge runs beside the target without slowing it. eval/replay.py replays recorded answers
-with a server probe's costs (`lookahead bench replay`); the adaptive planner prices streamed rounds with it
-on the run's own step lengths (adaptive/planner.py).
+`replay` walks one answer's step lengths (tokens) through a rule, each draft accepted with probability α, at
+the costs of `RuleCosts`; a draft step is as long as the target's step at its position, and the judge runs
+beside the target without slowing it. eval/replay.py replays recorded answers (`lookahead bench replay`); the
+planner prices streamed rounds with it on the run's own step lengths.
 """
 
 from __future__ import annotations

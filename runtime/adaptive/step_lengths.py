@@ -1,10 +1,5 @@
-"""What a fork's longest branch costs: the target's step lengths, and the expected longest of n.
-
-A fork of n target branches ends when its longest branch does. With free branches (B ≈ 1 per token) a
-fork still takes longer than one step when steps vary in length: its time follows the longest of n
-steps, E[max of n], not the mean step. On the CPU Qwen pair, where target steps run from a few tokens
-to the cap, that is what a round pays beyond B(n). The lengths are the target's own kept steps (each
-round keeps one; an AR stretch keeps several), a sample of what a branch writes.
+"""The target's recent step lengths, and the expected longest of n: a fork ends with its longest branch, so even
+free branches cost more than a step where steps vary in length.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """AR stretches: how many steps an AR round writes in one request.
 
-Rule: while AR wins, an AR round writes AR_STRETCH_STEPS steps in one request (no stop at the delimiter), as
-the target alone would; more where a request's fixed cost o would exceed STRETCH_OVERHEAD of the stretch;
-at most about AR_STRETCH_SECONDS; and never past the time left before a deadline. Why: a request per step
-pays o each step, which the target alone does not; a few steps keep streaming, deadlines and cancellation
-responsive. An answer the drafting slots left out asks again soon, so it writes the fewest steps that keep
-o within RATIONED_OVERHEAD (a lone step where o is small).
-
-AR is priced accordingly: an AR step as stretches of k steps write it takes (o/k + L̄·t₁)/S of a target
-step S = o + L̄·t₁, that is 1 − (o/S)(1 − 1/k) (`ar_step`), and drafting is planned against that.
+While AR wins, an AR round writes AR_STRETCH_STEPS steps in one request, as the target alone would; more where
+a request's fixed cost o would exceed STRETCH_OVERHEAD of the stretch; about AR_STRETCH_SECONDS at most; never
+past a deadline. An answer the drafting slots left out writes the fewest steps that keep o within
+RATIONED_OVERHEAD. AR is priced accordingly (`ar_step`): a step of a stretch of k steps takes
+1 − (o/S)(1 − 1/k) of a target step S = o + L̄·t₁.
 """
 
 from __future__ import annotations

@@ -1,37 +1,11 @@
-"""Speedup theory of Lookahead Reasoning (the paper's §5 and appendix), with a judge term.
+"""Speedup theory of Lookahead Reasoning (the paper's §5 and appendix), with a judge term j and a branch cost B(n).
 
-Symbols: α acceptance rate, c = draft time per step / target time per step, k the
-paper's depth: the most steps one round can advance. Our `depth` γ counts draft
-steps per round, so:
-
-- sync engine: γ drafts, and the target's bonus step when all are accepted, so
-  k = γ + 1;
-- async engine with a chain (step-level pipelining): the draft runs up to γ steps
-  ahead of the last verified step while the target's step at the verified prefix is
-  already in flight, so up to γ + 1 steps are in the pipeline and k = γ + 1;
-- async engine with a tree (window pipelining): a window of γ levels; while it is
-  verified, the next window is drafted from the end of its first-candidate path, so
-  the bonus step is not kept and a round keeps at most γ steps. That next window is
-  used only when the walk took the first candidate at every level; otherwise (and for
-  a problem's first window) the window's drafting is on the critical path. That is not
-  the paper's step pipeline: `f_windows` prices it.
-
-The paper's formulas leave the judge out. We add it as j = judge time per round /
-target time per step: the judge runs after the target's branches, on the critical
-path. For the sync engine a round costs 1 + c(k−1) + j target-step times. For the
-async engine the verification stage (target, then judge) takes 1 + j; in units of that
-stage the draft costs c / (1 + j), so S_j(k, α, c) = S(k, α, c / (1 + j)) / (1 + j).
-With j = 0 both reduce to the paper's formulas.
-
-The paper also prices a fork of the target's branches like one target step. Write
-B(n) for the time of a fork of n target branches over the time of one target step:
-B ≈ 1 on an idle GPU (decoding is memory-bound, a batch is nearly free), B → n where
-the server has no spare parallel capacity (a CPU, or a GPU busy with other requests).
-A fork ends with its longest branch, so where steps vary in length B(n) prices n branches at the
-expected longest of n steps (cost_model.py's `branch_cost`, `longest`). A sync round then costs c·γ + B(γ+1) + j target-step times; the async verification
-stage costs B + j, so S_j,B(k, α, c) = S(k, α, c / (B + j)) / (B + j). A tree forks
-once per distinct target prefix (`tree_branches`). With B = 1 everything above is
-the formula without the branch term.
+α: acceptance; c: the draft's time per step over the target's; k: the most steps one round advances. Our γ
+counts draft steps, so k = γ + 1 for the sync engine (the bonus step) and for the async chain pipeline; the
+async engine with a tree pipelines windows of γ levels (`f_windows`). j is the judge's time per round and B(n)
+a fork of n target branches, both in target steps: a sync round costs c·γ + B(γ + 1) + j, the async
+verification stage B + j, so S_j,B(k, α, c) = S(k, α, c / (B + j)) / (B + j). With j = 0 and B = 1 these are
+the paper's formulas. The derivations: docs/method.md, "Theory".
 """
 
 from __future__ import annotations
