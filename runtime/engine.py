@@ -43,6 +43,7 @@ from lookahead_reasoning.runtime.answer_state import AnswerState, server_s
 from lookahead_reasoning.runtime.branches import start_branch, supports_streaming
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.adaptive.depth import DepthPolicy, RoundPlan, make_depth_policy
+from lookahead_reasoning.runtime.adaptive.tuning import STREAMED_MAX_ANSWERS
 from lookahead_reasoning.runtime.pipeline import run_chain_round
 from lookahead_reasoning.runtime.results import JudgedDraft, LookaheadResult, RoundRecord, StepRecord
 from lookahead_reasoning.runtime.round_spans import batched_spans, pipeline_spans, streamed_spans
@@ -390,10 +391,13 @@ class SyncEngine(Engine):
     mode = "sync"
 
     def _streams(self, plan: RoundPlan) -> bool:
-        """Chain rounds stream (fork="streamed") where the models can send a branch alone; fork probes and measuring
-        rounds time one batched fork."""
+        """Chain rounds stream (fork="streamed") where the models can send a branch alone, while at most
+        STREAMED_MAX_ANSWERS answers share the policy: a streamed round sends each branch, abort and judged pair on
+        its own, about three times a batched round's client CPU, and with many answers the client's CPU is what
+        runs out. Fork probes and measuring rounds time one batched fork."""
         return (self.config.fork == "streamed" and plan.width == 1 and not plan.probe_tokens and not plan.measuring
-                and not plan.stretch_tokens and supports_streaming(self.models))
+                and not plan.stretch_tokens and self.policy.answers <= STREAMED_MAX_ANSWERS
+                and supports_streaming(self.models))
 
     def _drafting_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         cap = self._cap(state)

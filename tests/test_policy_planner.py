@@ -223,7 +223,7 @@ def test_streamed_rounds_are_priced_by_a_replay_of_the_runs_own_step_lengths():
     """Rule 4 for rounds that end at their decision: once REPLAY_STEPS lengths are known, a round of γ is priced
     by the replay of those lengths (round_rules.py), not by the equal-step theory; before that, by the theory."""
     from lookahead_reasoning.runtime.adaptive.planner import Estimates, Planner
-    from lookahead_reasoning.runtime.adaptive.tuning import REPLAY_DRAWS, REPLAY_STEPS
+    from lookahead_reasoning.runtime.adaptive.tuning import REPLAY_DRAWS, REPLAY_STEPS, STREAMED_MAX_ANSWERS
     from lookahead_reasoning.runtime.adaptive.round_rules import RuleCosts, speedup
 
     def estimates(costs):
@@ -247,3 +247,7 @@ def test_streamed_rounds_are_priced_by_a_replay_of_the_runs_own_step_lengths():
     # trees are batched forks: priced by the theory whatever the rule
     assert streamed.speedup(estimates(costs), 2, 2, 0.7, 0.45, 0.1) == batched.speedup(estimates(costs), 2, 2, 0.7,
                                                                                          0.45, 0.1)
+    # so are chains where more answers share the policy than stream their forks (engine.py's `_streams`)
+    crowded = Estimates(costs, answers=STREAMED_MAX_ANSWERS + 1, alpha_at=lambda width, optimistic=False: 0.7,
+                        ar_step=1.0)
+    assert streamed.speedup(crowded, 2, 1, 0.7, 0.45, 0.1) == batched.speedup(crowded, 2, 1, 0.7, 0.45, 0.1)

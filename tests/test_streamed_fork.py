@@ -258,3 +258,37 @@ def test_every_round_is_decided_by_its_verdicts_and_no_branch_outlives_it(target
     spans = [span for r in result.round_log for span in r.spans if span.role == "target"]
     aborted = sum(1 for span in spans if span.fate == "aborted")
     assert len(spans) - handed_on - aborted <= len(models.branch_rids) <= len(spans) - handed_on
+
+
+class CountedBranches(ScriptedModels):
+    """The scripts, counting the branches sent alone (streamed) and the forks sent as one batch."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.alone = 0
+
+    def target_branch(self, prefix, continuation, max_step_tokens, rid, on_progress=None):
+        self.alone += 1
+        return super().target_branch(prefix, continuation, max_step_tokens, rid, on_progress)
+
+    @property
+    def batched(self) -> int:
+        return self.calls["target"] - self.alone  # a branch sent alone is a `target` call of its own
+
+
+def test_rounds_fork_in_one_request_once_more_answers_share_the_policy_than_stream():
+    from lookahead_reasoning.runtime.adaptive.depth import FixedDepth
+    from lookahead_reasoning.runtime.adaptive.tuning import STREAMED_MAX_ANSWERS
+
+    def run_beside(others):
+        models, policy = CountedBranches(TARGET, DRAFT), FixedDepth(2)
+        for _ in range(others):  # answers of other threads in flight on the same policy
+            policy.answer_started()
+        verifier = FastPathVerifier(ScriptedJudge(ACCEPT))
+        result = SyncEngine(LookaheadConfig(depth=2, fork="streamed"), models, verifier, policy=policy).answer("q")
+        assert result.text == AR_TEXT and policy.answers == max(1, others)  # its own answer has finished
+        return models
+
+    few, many = run_beside(STREAMED_MAX_ANSWERS - 1), run_beside(STREAMED_MAX_ANSWERS)
+    assert few.alone > 0 and few.batched == 0  # with its own answer, STREAMED_MAX_ANSWERS in flight: streamed
+    assert many.alone == 0 and many.batched > 0  # one more: every fork is one request

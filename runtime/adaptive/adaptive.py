@@ -57,6 +57,10 @@ class AdaptiveDepth:
     def width(self) -> int:
         return self.planner.width
 
+    @property
+    def answers(self) -> int:
+        return self.governor.answers
+
     def answer_started(self) -> None:
         with self._lock:
             self.governor.answer_started()

@@ -11,6 +11,8 @@ rule in its own module.
 
 from __future__ import annotations
 
+import threading
+
 from lookahead_reasoning.runtime.adaptive.client_cpu import ClientCpu
 from lookahead_reasoning.runtime.config import LookaheadConfig
 from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
@@ -31,12 +33,20 @@ class FixedDepth:
         self.depth = depth
         self.width = width
         self.target_load = TargetLoad()
+        self._in_flight = 0
+        self._lock = threading.Lock()
+
+    @property
+    def answers(self) -> int:
+        return max(1, self._in_flight)
 
     def answer_started(self) -> None:
-        pass
+        with self._lock:
+            self._in_flight += 1
 
     def answer_finished(self) -> None:
-        pass
+        with self._lock:
+            self._in_flight = max(0, self._in_flight - 1)
 
     def next_round(self, seconds_left: float | None = None, first: bool = False) -> RoundPlan:
         return RoundPlan(self.depth, self.width)

@@ -8,7 +8,8 @@ Rules, in order (why: docs/method.md, "Engines, trees and adaptive depth"):
 3. The draft or the verifier not priced yet: a measuring round (one drafted step; the target writes only its
    own step, so it costs c + j over AR).
 4. Else the (γ, W) of the highest expected speedup (theory.engine_speedup with B(n) and j; streamed chain
-   rounds by a replay of the run's own step lengths, round_rules.py, once REPLAY_STEPS are known), over AR
+   rounds by a replay of the run's own step lengths, round_rules.py, once REPLAY_STEPS are known, while they
+   stream: up to STREAMED_MAX_ANSWERS answers), over AR
    as it runs here (stretches.ar_step); AR where nothing beats 1.
 5. Where α̂ says AR but α̂ one standard error up says drafting, one drafted step.
 6. Where the measured rates say drafting gains under GAIN_TO_DRAFT, AR whatever the model says.
@@ -26,7 +27,7 @@ from typing import NamedTuple
 
 from lookahead_reasoning.runtime.adaptive.cost_model import CostModel
 from lookahead_reasoning.runtime.adaptive.tuning import (
-    CEILING_MARGIN, GAIN_TO_DRAFT, REPLAY_DRAWS, REPLAY_STEPS, TREE_NODE_BUDGET,
+    CEILING_MARGIN, GAIN_TO_DRAFT, REPLAY_DRAWS, REPLAY_STEPS, STREAMED_MAX_ANSWERS, TREE_NODE_BUDGET,
 )
 from lookahead_reasoning.runtime.adaptive.round_plan import RoundPlan
 from lookahead_reasoning.runtime.adaptive.round_rules import RuleCosts
@@ -90,7 +91,7 @@ class Planner:
 
     def speedup(self, e: Estimates, depth: int, width: int, alpha: float, c: float, judge: float) -> float:
         """The expected speedup of a round of (γ, W) over AR as it runs here."""
-        if self.rule == "decision" and width == 1:
+        if self.rule == "decision" and width == 1 and e.answers <= STREAMED_MAX_ANSWERS:
             lengths = e.costs.step_lengths()
             if len(lengths) >= REPLAY_STEPS:
                 return self._replay(e, lengths, depth, alpha, c, judge) * e.ar_step

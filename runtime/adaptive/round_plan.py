@@ -22,6 +22,7 @@ class RoundPlan:
 
 class DepthPolicy(Protocol):
     target_load: TargetLoad  # where the engines report their target requests in flight
+    answers: int  # the answers in flight that share the policy, at least one
 
     def answer_started(self) -> None: ...
 

@@ -6,6 +6,10 @@ when it changes (`bench load`: the simulated-load bar, many answers on simulated
 `servers probe`: real servers' costs). The module that uses a constant explains its rule.
 """
 
+# the engines' fork (engine.py's `_streams`, planner.py)
+STREAMED_MAX_ANSWERS = 8  # answers in flight on one policy up to which chain rounds stream their fork; beyond, a
+# fork goes as one request (a streamed round costs the client about three times the CPU); check: bench load
+
 # α̂ (alpha.py)
 ALPHA_SLOW_FORGET = 0.99  # α̂'s long memory per round of each answer (a short one strays ±0.1); check: bench load
 ALPHA_SHIFT_Z = 3.0  # standard errors between the two memories that restart α̂; check: bench load
