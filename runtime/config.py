@@ -40,8 +40,9 @@ class LookaheadConfig(BaseModel):
     fork: Literal["batched", "streamed"] = Field(
         "streamed", description="sync chain rounds: streamed sends each branch as a streamed request, judges each "
         "draft step as soon as the target's step it is compared with ends, aborts branches that can no longer be "
-        "kept and hands a wholly accepted window's bonus branch on to the next round (streamed_fork.py); batched "
-        "sends the fork as one request, waits for its longest branch and judges every pair",
+        "kept and hands a wholly accepted window's bonus branch on to the next round (streamed_fork.py), while at "
+        "most 8 answers share the engine's policy (beyond, a fork goes as one request: the client's CPU runs out "
+        "first); batched sends the fork as one request, waits for its longest branch and judges every pair",
     )
     handoff_tokens: int = Field(
         32, ge=1, description="streamed sync rounds: a wholly accepted window keeps the first this many tokens of "

@@ -182,12 +182,13 @@ class Engine:
         except Exception as error:
             raise target_failed(error) from None
         tree, draft_s = DraftTree([]), 0.0
+        drafting = time.perf_counter()  # the draft's time leaves out the round's planning (the policy's own)
         if plan.depth:
             try:
                 tree = self._draft(state.prefix, plan, cap)
             except Exception as error:
                 state.draft_failed(error)
-            draft_s = time.perf_counter() - started
+            draft_s = time.perf_counter() - drafting
         state.metrics.count_tokens("draft", [node.step for node in tree.nodes])
         t1 = time.perf_counter()
         try:
@@ -221,10 +222,11 @@ class Engine:
             depth=plan.depth, kind="drafting" if plan.depth else "ar", started=started, judged=judged, draft_s=draft_s,
             target_s=lone.ended - lone.started if lone else max(0.0, fork.decided - t1 - fork.verify_s),
             target_server_s=fork.target_after[ROOT].server_s if lone else None,
-            verify_s=fork.verify_s, branches=len(fork.branches), target_tokens=lone.tokens if lone else 0,
-            target_tokens_all=lone.tokens if lone else 0, target_others=load.others,
+            verify_s=fork.verify_s, judge_calls=len(fork.judge_calls), branches=len(fork.branches),
+            target_tokens=lone.tokens if lone else 0, target_tokens_all=lone.tokens if lone else 0,
+            target_others=load.others,
             draft_tokens=sum(n.step.completion_tokens for n in tree.nodes), draft_steps=len(tree.nodes),
-            branch_tokens=waited, spans=streamed_spans(state, tree, fork, started, draft_s),
+            branch_tokens=waited, spans=streamed_spans(state, tree, fork, drafting, draft_s),
             decided_s=state.clock(fork.decided),
         )
 
@@ -402,13 +404,14 @@ class SyncEngine(Engine):
     def _drafting_round(self, state: AnswerState, plan: RoundPlan, started: float) -> RoundRecord:
         cap = self._cap(state)
         tree = DraftTree([])
+        drafting = time.perf_counter()  # the draft's time leaves out the round's planning (the policy's own)
         if plan.depth:
             try:
                 tree = self._draft(state.prefix, plan, cap)
             except Exception as error:
                 state.draft_failed(error)
         # a measuring round's target writes only its own step: no branch after the draft
-        return self._verify_round(state, tree, plan, cap, time.perf_counter() - started, started,
+        return self._verify_round(state, tree, plan, cap, time.perf_counter() - drafting, started,
                                   bonus=not plan.measuring)
 
 

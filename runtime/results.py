@@ -85,6 +85,7 @@ class RoundRecord(BaseModel):
     # own time, which grows with the answers that share its CPU
     target_server_s: float | None = None
     verify_s: float  # the verifier's time
+    judge_calls: int = 1  # verifier calls behind verify_s: a streamed round judges pairs as their branches end
     wall_s: float
     branches: int = 0  # target requests of the round (the fork's width)
     kind: RoundKind

@@ -27,11 +27,11 @@ def batched_spans(state: AnswerState, tree: DraftTree, started: float, draft_s: 
     return spans
 
 
-def streamed_spans(state: AnswerState, tree: DraftTree, fork: StreamedFork, started: float,
+def streamed_spans(state: AnswerState, tree: DraftTree, fork: StreamedFork, draft_started: float,
                    draft_s: float) -> list[TraceSpan]:
     """A streamed round on the timeline: its draft, each target branch with its fate, each judge call."""
-    spans = [state.span("draft", "d1" if len(tree.nodes) == 1 else f"d1..d{len(tree.nodes)}", started,
-                        started + draft_s, sum(n.step.completion_tokens for n in tree.nodes))] if tree.nodes else []
+    spans = [state.span("draft", "d1" if len(tree.nodes) == 1 else f"d1..d{len(tree.nodes)}", draft_started,
+                        draft_started + draft_s, sum(n.step.completion_tokens for n in tree.nodes))] if tree.nodes else []
     for node, branch in fork.branches.items():
         spans.append(state.span("target", f"t{node + 1}", branch.started, branch.ended or fork.decided,
                                 branch.tokens, branch.fate))

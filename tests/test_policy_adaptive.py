@@ -47,6 +47,15 @@ def test_pairs_decided_without_a_model_do_not_time_the_judge(mode):
     assert judged_after(([gated, answered], 0.2 if mode == "sync" else 0.1)) == pytest.approx(0.2)
 
 
+def test_a_streamed_round_times_the_judge_per_call():
+    """A streamed round judges each pair as its branch ends: three calls of one pair in 0.3 s in all are a judge
+    call of 0.1 s, not one call of three pairs that took 0.3 s."""
+    policy = AdaptiveDepth("sync", initial=2, max_depth=8)
+    record = round_record(3, 3, 3, branch_cost=free_branches, verify_s=0.3)
+    policy.observe(record.model_copy(update={"judge_calls": 3}))
+    assert policy.costs.estimate().verify_s_per_round == pytest.approx(0.1)
+
+
 def test_policy_backs_off_when_load_rises_and_drafts_again_when_it_falls():
     policy = AdaptiveDepth("sync", initial=2, max_depth=8, forget=0.8)
     free, linear = (lambda n: 1.0), float

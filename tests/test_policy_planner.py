@@ -241,7 +241,7 @@ def test_streamed_rounds_are_priced_by_a_replay_of_the_runs_own_step_lengths():
     known = costs.step_lengths()
     for depth in (1, 2):
         rule_costs = RuleCosts(target_token_s=1.0, c=0.45, judge_s=0.1 * sum(known) / len(known),
-                               widths=tuple((n, costs.branch_cost(n)) for n in range(2, depth + 2)))
+                               widths=tuple((n, round(costs.branch_cost(n), 2)) for n in range(2, depth + 2)))
         expected = speedup([known], rule_costs, "decision", depth, 0.7, REPLAY_DRAWS)
         assert streamed.speedup(estimates(costs), depth, 1, 0.7, 0.45, 0.1) == pytest.approx(expected)
     # trees are batched forks: priced by the theory whatever the rule
@@ -251,3 +251,26 @@ def test_streamed_rounds_are_priced_by_a_replay_of_the_runs_own_step_lengths():
     crowded = Estimates(costs, answers=STREAMED_MAX_ANSWERS + 1, alpha_at=lambda width, optimistic=False: 0.7,
                         ar_step=1.0)
     assert streamed.speedup(crowded, 2, 1, 0.7, 0.45, 0.1) == batched.speedup(crowded, 2, 1, 0.7, 0.45, 0.1)
+
+
+def test_a_replayed_price_is_kept_until_more_step_lengths_are_seen(monkeypatch):
+    """A replay is priced once per REPLAY_STEPS new step lengths while its inputs hold to two decimals: repriced
+    every round, the planning would lengthen every round under the policy's lock."""
+    from lookahead_reasoning.runtime.adaptive import planner
+    from lookahead_reasoning.runtime.adaptive.tuning import REPLAY_STEPS
+
+    replays = []
+    real = planner.replayed_speedup
+    monkeypatch.setattr(planner, "replayed_speedup", lambda *args: replays.append(args) or real(*args))
+    streamed = planner.Planner("sync", width=1, initial=1, max_depth=4, rule="decision")
+    costs = fitted_costs()
+    costs.observe_draft(0.45 * TOKENS * T, 1)
+    costs.observe_step_lengths([5, 80, 12, 60, 17, 40, 90, 25])
+    e = planner.Estimates(costs, answers=1, alpha_at=lambda width, optimistic=False: 0.7, ar_step=1.0)
+    first = streamed.speedup(e, 2, 1, 0.7, 0.45, 0.1)
+    costs.observe_step_lengths([30] * (REPLAY_STEPS - 1))  # rounds go by: the costs change, the generation not
+    assert streamed.speedup(e, 2, 1, 0.701, 0.451, 0.1) == first and len(replays) == 1
+    costs.observe_step_lengths([30])
+    assert streamed.speedup(e, 2, 1, 0.7, 0.45, 0.1) != first and len(replays) == 2  # the new lengths count
+    streamed.speedup(e, 2, 1, 0.72, 0.45, 0.1)
+    assert len(replays) == 3  # and so does another α̂

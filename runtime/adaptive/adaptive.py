@@ -166,6 +166,9 @@ class AdaptiveDepth:
         answered = sum(verdict.method not in (exact, *GATE_METHODS) for verdict in judged)
         if self.mode == "async" and self.width == 1:  # one pair at a time: verify_s is the mean over the pairs
             self.costs.observe_verifier(1, record.verify_s * len(judged) / max(1, answered), answers)
+        elif record.judge_calls > 1:  # streamed: pairs judged as their branches ended, a few per call
+            calls = record.judge_calls
+            self.costs.observe_verifier(max(1, round(answered / calls)), record.verify_s / calls, answers)
         else:  # one fork of the pairs the fast path and the gate left
             self.costs.observe_verifier(max(1, answered), record.verify_s, answers)
 

@@ -101,6 +101,12 @@ class CostModel:
                     self._lengths.add(n)
                 self.version += 1
 
+    @property
+    def lengths_seen(self) -> int:
+        """Step lengths observed in all (restored ones included): the planner reprices replays as it grows."""
+        with self._lock:
+            return self._lengths.seen
+
     def step_lengths(self) -> list[int]:
         """The target's recent step lengths (tokens), oldest first: what a replay of the round rules walks."""
         with self._lock:

@@ -100,14 +100,18 @@ class Planner:
                               self.window) * e.ar_step
 
     def _replay(self, e: Estimates, lengths: list[int], depth: int, alpha: float, c: float, judge: float) -> float:
-        """Streamed rounds of γ = `depth` replayed on `lengths`, in target tokens; kept until the costs change."""
-        key = (e.costs.version, e.answers, depth, round(alpha, 3), round(c, 3), round(judge, 3))
+        """Streamed rounds of γ = `depth` replayed on `lengths`, in target tokens. A replay takes about a
+        millisecond and a plan weighs every γ, so a price is kept while its inputs hold to two decimals and
+        until REPLAY_STEPS more step lengths per answer sharing the policy are seen: repriced every round, the
+        planning would lengthen every round and, under the policy's lock, hold up the other answers."""
+        widths = tuple((n, round(e.costs.branch_cost(n, e.answers), 2)) for n in range(2, depth + 2))
+        key = (e.costs.lengths_seen // (REPLAY_STEPS * e.answers), e.answers, depth, round(alpha, 2), round(c, 2), round(judge, 2),
+               widths)
         if key not in self._replayed:
             if len(self._replayed) > 512:
                 self._replayed.clear()
             mean = sum(lengths) / len(lengths)
-            costs = RuleCosts(target_token_s=1.0, c=c, judge_s=judge * mean,
-                              widths=tuple((n, e.costs.branch_cost(n, e.answers)) for n in range(2, depth + 2)))
+            costs = RuleCosts(target_token_s=1.0, c=c, judge_s=judge * mean, widths=widths)
             self._replayed[key] = replayed_speedup([lengths], costs, "decision", depth, alpha, REPLAY_DRAWS)
         return self._replayed[key]
 

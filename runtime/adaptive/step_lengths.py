@@ -26,11 +26,13 @@ class StepLengths:
     def __init__(self, keep: int = STEP_LENGTH_MEMORY):
         self._recent: deque[int] = deque(maxlen=keep)
         self._sorted: list[int] | None = None
+        self.seen = 0  # lengths added in all
 
     def add(self, tokens: int) -> None:
         if tokens > 0:
             self._recent.append(tokens)
             self._sorted = None
+            self.seen += 1
 
     def state(self) -> list[int]:
         return list(self._recent)
@@ -39,6 +41,7 @@ class StepLengths:
         self._recent.clear()
         self._recent.extend(int(n) for n in lengths if int(n) > 0)
         self._sorted = None
+        self.seen = len(self._recent)
 
     def mean(self) -> float | None:
         return sum(self._recent) / len(self._recent) if self._recent else None

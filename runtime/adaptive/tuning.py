@@ -29,7 +29,8 @@ CLIENT_CORES_TO_NARROW = 0.9  # ...and over which they halve; check: bench soak
 CEILING_MARGIN = 1.15  # free, always accepted drafts must beat AR by this for drafting to be tried; check: servers
 # probe and bench load (on servers where B(n) ≈ n drafting loses at any α)
 TREE_NODE_BUDGET = 16  # tree leaves the planner considers; check: bench sim
-REPLAY_STEPS = 8  # step lengths seen before streamed rounds are priced by replaying them; check: bench replay
+REPLAY_STEPS = 8  # step lengths seen before streamed rounds are priced by replaying them, and between two
+# repricings of a replayed price; check: bench replay
 REPLAY_DRAWS = 8  # seeded verdict draws per replayed price; check: bench replay
 
 # probes and AR checks (probes.py)
