@@ -7,10 +7,10 @@ Rules, in order (why: docs/method.md, "Engines, trees and adaptive depth"):
    AR.
 3. The draft or the verifier not priced yet: a measuring round (one drafted step; the target writes only its
    own step, so it costs c + j over AR).
-4. Else the (γ, W) of the highest expected speedup (theory.engine_speedup with B(n) and j; streamed chain
-   rounds by a replay of the run's own step lengths, round_rules.py, once REPLAY_STEPS are known, while they
-   stream: up to STREAMED_MAX_ANSWERS answers), over AR
-   as it runs here (stretches.ar_step); AR where nothing beats 1.
+4. Else the (γ, W) of the highest expected speedup over AR as it runs here (stretches.ar_step): by
+   theory.engine_speedup with B(n) and j, and chain rounds that stream (up to STREAMED_MAX_ANSWERS answers)
+   by a replay of the run's own step lengths (round_rules.py) once REPLAY_STEPS are known. AR where nothing
+   beats 1.
 5. Where α̂ says AR but α̂ one standard error up says drafting, one drafted step.
 6. Where the measured rates say drafting gains under GAIN_TO_DRAFT, AR whatever the model says.
 
