@@ -174,15 +174,17 @@ class CostModel:
     def c(self, concurrency: float = 1.0) -> float | None:
         """The draft's time per step over the target's (a step of the mean length) while `concurrency`
         answers share the servers."""
-        with self._lock:
-            step, draft = self._step_s(max(1.0, concurrency)), self._draft_step.value
-            return draft / step if step and draft is not None else None
+        return self._in_steps(self._draft_step, concurrency)
 
     def j(self, concurrency: float = 1.0) -> float | None:
         """The verifier's time for one pair over the target's step, as `c`."""
+        return self._in_steps(self._judge, concurrency)
+
+    def _in_steps(self, seconds: Average, concurrency: float) -> float | None:
+        """A mean time in target steps of the mean length at that load (None where either is unknown)."""
         with self._lock:
-            step, judge = self._step_s(max(1.0, concurrency)), self._judge.value
-            return judge / step if step and judge is not None else None
+            step, value = self._step_s(max(1.0, concurrency)), seconds.value
+            return value / step if step and value is not None else None
 
     def request_share(self, concurrency: float = 1.0) -> float:
         """A target request's fixed cost o over the time of a step of the mean length (0 where unknown):
